@@ -1,0 +1,44 @@
+"""resumable: checkpoint a generator-style computation and resume it after the process dies."""
+
+from __future__ import annotations
+
+from . import _exit
+from ._decorator import CheckpointedFunction, checkpointed
+from ._errors import (
+    CheckpointCorruptError,
+    CheckpointTamperedError,
+    ConfigurationError,
+    FencedError,
+    ResumableError,
+    SerializationError,
+    StoreError,
+)
+from ._policy import EveryN, EverySeconds, KeepLast
+from ._run import Checkpoint
+from .serializers import Serializer, register_serializer
+from .stores import Store, open_store, register_store
+
+_exit.install()
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointCorruptError",
+    "CheckpointTamperedError",
+    "CheckpointedFunction",
+    "ConfigurationError",
+    "EveryN",
+    "EverySeconds",
+    "FencedError",
+    "KeepLast",
+    "ResumableError",
+    "SerializationError",
+    "Serializer",
+    "Store",
+    "StoreError",
+    "checkpointed",
+    "open_store",
+    "register_serializer",
+    "register_store",
+]

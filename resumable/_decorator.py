@@ -1,0 +1,393 @@
+"""``@checkpointed``: bind, name the run, drive the generator, save, restart, return."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from . import _rng
+from ._errors import ConfigurationError, ResumableError
+from ._policy import KeepLast, SavePolicy, parse_every
+from ._progress import Progress
+from ._run import Checkpoint, Run, Snapshot
+from ._runid import resolve_run_id, validate_run_id
+from ._uploader import Uploader
+from .serializers import Serializer, get_serializer
+from .stores import Store, default_store_url, normalize_url, open_store
+
+log = logging.getLogger("resumable")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Terminated(SystemExit):
+    """Raised into the body by our SIGTERM handler; uncaught, the process exits 143."""
+
+    def __init__(self) -> None:
+        super().__init__(143)
+
+
+def _signing_key(value: bytes | str | None) -> bytes | None:
+    if value is None:
+        value = os.environ.get("RESUMABLE_SIGNING_KEY") or None
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, bytes) or len(value) < 16:
+        raise ConfigurationError(
+            "signing_key must be bytes or str of at least 16 bytes "
+            "(e.g. `openssl rand -hex 32`)"
+        )
+    return value
+
+
+class CheckpointedFunction(Generic[P, R]):
+    """The decorated function, with ``iter``, ``run_id``, ``latest`` and ``reset``."""
+
+    def __init__(self, func: Callable[..., Generator[Any, None, Any]], options: _Options) -> None:
+        functools.update_wrapper(self, func)
+        self.__wrapped__ = func
+        self._func = func
+        self._opts = options
+        self._sig = inspect.signature(func)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # Methods: bind like a function would, so self takes part in the run id.
+        return self if obj is None else functools.partial(self, obj)
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+        state_arg = self._opts.state_arg
+        if state_arg in kwargs:
+            raise TypeError(
+                f"{self._func.__qualname__}() got {state_arg}=...: resumable supplies the state "
+                "(None on a fresh start, the saved state on resume)"
+            )
+        bound = self._sig.bind(*args, **kwargs, **{state_arg: None})
+        bound.apply_defaults()
+        return bound
+
+    def _run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Run, inspect.BoundArguments]:
+        bound = self._bind(args, kwargs)
+        identity = {k: v for k, v in bound.arguments.items() if k != self._opts.state_arg}
+        run_id = resolve_run_id(self._opts.run_id, self._func, identity)
+        store = open_store(self._opts.store)
+        run = Run(store, run_id, self._opts.serializer, _signing_key(self._opts.signing_key),
+                  self._opts.keep)
+        return run, bound
+
+    def run_id(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """The run id this call maps to."""
+        return self._run(args, kwargs)[0].run_id
+
+    def latest(self, *args: P.args, **kwargs: P.kwargs) -> Checkpoint | None:
+        """The newest valid checkpoint of this call's run, or None."""
+        return self._run(args, kwargs)[0].load_latest()
+
+    def reset(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Delete the run's checkpoints and result, so the next call starts fresh."""
+        run = self._run(args, kwargs)[0]
+        n = run.reset()
+        log.info("reset %s: deleted %d object(s)", run.where(), n)
+
+    def iter(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Any]:
+        """Run (or resume) and yield each newly produced state; empty for a completed run."""
+        run, bound = self._run(args, kwargs)
+        return _Execution(self, run, bound).states()
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        run, bound = self._run(args, kwargs)
+        states = _Execution(self, run, bound).states()
+        while True:
+            try:
+                next(states)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class _Options:
+    every: SavePolicy
+    store: str | os.PathLike[str] | Store | None
+    serializer: Serializer
+    keep: int | None
+    run_id: str | None
+    state_arg: str
+    restarts: int
+    restart_on: tuple[type[BaseException], ...]
+    capture_rng: bool
+    progress: bool | int | str
+    signing_key: bytes | str | None
+
+
+class _Execution:
+    """One call: resume or start, drive the body, save, restart, finish."""
+
+    def __init__(self, fn: CheckpointedFunction[Any, Any], run: Run,
+                 bound: inspect.BoundArguments) -> None:
+        self.fn = fn
+        self.opts = fn._opts
+        self.run = run
+        self.bound = bound
+        self.in_body = False
+        self.terminate = False
+        self.uploader = Uploader(f"resumable-upload-{run.run_id}")
+        self.last_snap: Snapshot | None = None
+        self.submitted_step = -1
+        self.last_save = time.monotonic()
+
+    # -- signals --------------------------------------------------------------------
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.terminate = True
+        if self.in_body:
+            raise _Terminated()
+
+    def _install_sigterm(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        try:
+            return signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:
+            return None
+
+    # -- saving ---------------------------------------------------------------------
+
+    def _save(self, snap: Snapshot, progress: Progress) -> None:
+        def job() -> None:
+            self.run.write_checkpoint(snap)
+            progress.saved()
+
+        self.uploader.submit(job)
+        self.submitted_step = snap.step
+        self.last_save = time.monotonic()
+
+    def _flush_last(self, progress: Progress) -> None:
+        """Make the last yielded state durable (end, exception, SIGTERM)."""
+        if self.last_snap is not None and self.last_snap.step != self.submitted_step:
+            self._save(self.last_snap, progress)
+        self.uploader.flush()
+
+    # -- the loop -------------------------------------------------------------------
+
+    def _body(self, state: Any) -> Generator[Any, None, Any]:
+        self.bound.arguments[self.opts.state_arg] = state
+        return self.fn._func(*self.bound.args, **self.bound.kwargs)
+
+    def _start(self) -> tuple[Any, int, Checkpoint | None]:
+        """Find where to begin: (state, step, checkpoint resumed from)."""
+        run = self.run
+        latest = run.load_latest()
+        run.claim_epoch(latest.key.rsplit("/", 1)[1] if latest else None)
+        if not run.store.conditional_writes():
+            log.warning("%s ignores conditional writes: two attempts of one run that start at "
+                        "the same moment may both run (weaker fencing)", run.store.url)
+        if latest is not None:
+            if self.opts.capture_rng and latest.rng is not None:
+                _rng.restore(latest.rng)
+            return latest.state, latest.step, latest
+        if self.opts.capture_rng:
+            recorded = run.load_rng_start()
+            if recorded is not None:
+                _rng.restore(recorded)
+                log.info("run %s: no checkpoint yet; restored the RNG recorded at its fresh "
+                         "start, so it replays identically", run.where())
+            else:
+                run.write_rng_start(_rng.capture())
+        return None, 0, None
+
+    def _restart_point(self, resumed: Checkpoint | None) -> tuple[Any, int]:
+        if self.last_snap is not None:
+            state, rng = self.run.restore_snapshot(self.last_snap)
+            if self.opts.capture_rng and rng is not None:
+                _rng.restore(rng)
+            return state, self.last_snap.step
+        if resumed is not None:  # the body may have changed the loaded state in place
+            again = self.run.load_latest()
+            if again is not None:
+                if self.opts.capture_rng and again.rng is not None:
+                    _rng.restore(again.rng)
+                return again.state, again.step
+        if self.opts.capture_rng:
+            recorded = self.run.load_rng_start()
+            if recorded is not None:
+                _rng.restore(recorded)
+        return None, 0
+
+    def _progress(self, initial: int) -> Progress:
+        spec = self.opts.progress
+        total = None
+        if isinstance(spec, str):
+            value = self.bound.arguments.get(spec)
+            total = value if isinstance(value, int) else None
+        elif not isinstance(spec, bool) and isinstance(spec, int):
+            total = spec
+        return Progress(bool(spec), total=total, initial=initial, desc=self.fn._func.__name__)
+
+    def states(self) -> Generator[Any, None, Any]:
+        run = self.run
+        found, value = run.load_result()
+        if found:
+            log.info("run %s is complete; returning its stored result without running it",
+                     run.where())
+            return value
+        state, step, resumed = self._start()
+        if resumed is not None:
+            age = (datetime.now(UTC) - resumed.created).total_seconds()
+            log.info("resuming run %s from %s: step %d (saved %.0f s ago); %d generation(s) "
+                     "not run again", run.where(), resumed.key.rsplit("/", 1)[1], step, age, step)
+        else:
+            log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
+        start_step = step
+        last_state = state
+        failures = 0
+        progress = self._progress(step)
+        previous_handler = self._install_sigterm()
+        gen = self._body(state)
+        try:
+            while True:
+                self.in_body = True
+                try:
+                    if self.terminate:
+                        raise _Terminated()
+                    yielded = next(gen)
+                except StopIteration as stop:
+                    self.in_body = False
+                    result = stop.value if stop.value is not None else last_state
+                    self._flush_last(progress)
+                    run.write_result(result)
+                    log.info("run %s finished at step %d (%d new, %d snapshot(s) coalesced)",
+                             run.where(), step, step - start_step, self.uploader.skipped)
+                    return result
+                except _Terminated:
+                    self.in_body = False
+                    self._flush_last(progress)
+                    log.warning("SIGTERM: run %s saved at step %d; exiting with 143",
+                                run.where(), step)
+                    raise
+                except BaseException as err:
+                    self.in_body = False
+                    self._flush_after_error(err, progress)
+                    if (isinstance(err, self.opts.restart_on)
+                            and not isinstance(err, ResumableError)
+                            and failures < self.opts.restarts):
+                        failures += 1
+                        gen.close()
+                        state, step = self._restart_point(resumed)
+                        log.warning("run %s: body raised %s: %s; restart %d of %d from step %d",
+                                    run.where(), type(err).__name__, err, failures,
+                                    self.opts.restarts, step)
+                        last_state = state
+                        gen = self._body(state)
+                        continue
+                    raise
+                finally:
+                    self.in_body = False
+                step += 1
+                failures = 0
+                rng = _rng.capture() if self.opts.capture_rng else None
+                self.last_snap = run.snapshot(yielded, step, rng)
+                last_state = yielded
+                if self.opts.every.due(step, time.monotonic() - self.last_save):
+                    self._save(self.last_snap, progress)
+                progress.advance(step)
+                yield yielded
+        except GeneratorExit:  # an f.iter consumer stopped early: keep what it saw
+            self._flush_last(progress)
+            raise
+        finally:
+            gen.close()
+            progress.close()
+            self.uploader.close()
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
+
+    def _flush_after_error(self, err: BaseException, progress: Progress) -> None:
+        try:
+            self._flush_last(progress)
+        except BaseException as flush_err:
+            log.error("run %s: saving the last state after %s failed: %s", self.run.where(),
+                      type(err).__name__, flush_err)
+            err.add_note(f"resumable: saving the last yielded state also failed: {flush_err}")
+
+
+def checkpointed(
+    *,
+    every: Any = "generation",
+    store: str | os.PathLike[str] | Store | None = None,
+    serializer: str | Serializer = "pickle",
+    keep: int | None = 3,
+    run_id: str | None = None,
+    state_arg: str = "state",
+    restarts: int = 0,
+    restart_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+    capture_rng: bool = True,
+    progress: bool | int | str = False,
+    signing_key: bytes | str | None = None,
+) -> Callable[[Callable[P, Generator[Any, None, R]]], CheckpointedFunction[P, R]]:
+    """Make a generator function resumable: each yield is a checkpoint boundary.
+
+    See the README for every option; the function gets ``state=None`` on a fresh start
+    and the last saved state on resume, and the call returns the generator's return value.
+    """
+    policy = parse_every(every)
+    KeepLast(keep)
+    ser = get_serializer(serializer)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ConfigurationError(f"restarts must be an int >= 0, got {restarts!r}")
+    on = restart_on if isinstance(restart_on, tuple) else (restart_on,)
+    if not on or not all(isinstance(t, type) and issubclass(t, BaseException) for t in on):
+        raise ConfigurationError(
+            f"restart_on must be an exception type or a tuple of them, got {restart_on!r}"
+        )
+    if run_id is not None:
+        validate_run_id(run_id)
+    if store is not None and not isinstance(store, (str, os.PathLike)):
+        open_store(store)  # validates the object
+    elif store is not None:
+        normalize_url(store)
+    if signing_key is not None:
+        _signing_key(signing_key)
+    if not isinstance(state_arg, str) or not state_arg.isidentifier():
+        raise ConfigurationError(f"state_arg must be a parameter name, got {state_arg!r}")
+    opts = _Options(every=policy, store=store, serializer=ser, keep=keep, run_id=run_id,
+                    state_arg=state_arg, restarts=restarts, restart_on=on,
+                    capture_rng=capture_rng, progress=progress, signing_key=signing_key)
+
+    def decorate(func: Callable[P, Generator[Any, None, R]]) -> CheckpointedFunction[P, R]:
+        name = getattr(func, "__qualname__", repr(func))
+        if not inspect.isgeneratorfunction(func):
+            raise TypeError(
+                f"@checkpointed needs a generator function, but {name} is not one: "
+                f"yield the state once per generation (`yield state`)"
+            )
+        param = inspect.signature(func).parameters.get(state_arg)
+        if param is None or param.kind not in (
+            inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ):
+            raise TypeError(
+                f"@checkpointed: {name} needs a keyword parameter {state_arg!r} "
+                f"(e.g. `def {getattr(func, '__name__', 'f')}(..., *, {state_arg}=None)`), "
+                "which receives the saved state on resume"
+            )
+        return CheckpointedFunction(func, opts)
+
+    return decorate
+
+
+__all__ = ["CheckpointedFunction", "checkpointed", "default_store_url"]

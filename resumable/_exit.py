@@ -1,0 +1,37 @@
+"""Exit codes for errors that end a program, so a Kubernetes podFailurePolicy can act on them.
+
+An uncaught ``ResumableError`` makes the process exit with the error's ``exit_code``
+(after the usual traceback and atexit handlers). Set ``RESUMABLE_EXIT_CODES=0`` to keep
+Python's plain exit status 1.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from types import TracebackType
+
+from ._errors import ResumableError
+
+_installed = False
+
+
+def install() -> None:
+    global _installed
+    if _installed or os.environ.get("RESUMABLE_EXIT_CODES", "1") == "0":
+        return
+    _installed = True
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        previous(kind, value, tb)
+        if isinstance(value, ResumableError):
+            try:
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(value.exit_code)
+
+    sys.excepthook = hook

@@ -1,0 +1,36 @@
+"""A tqdm bar for long runs; quiet when stdout is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+
+class Progress:
+    def __init__(self, enabled: bool, *, total: int | None, initial: int, desc: str) -> None:
+        self._bar: Any = None
+        self._last_save: float | None = None
+        if not enabled or not sys.stdout.isatty():
+            return
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=total, initial=initial, desc=desc, unit="gen", file=sys.stderr,
+            dynamic_ncols=True, leave=True,
+        )
+
+    def saved(self) -> None:
+        self._last_save = time.monotonic()
+
+    def advance(self, step: int) -> None:
+        if self._bar is None:
+            return
+        age = "-" if self._last_save is None else f"{time.monotonic() - self._last_save:.0f}s"
+        self._bar.set_postfix_str(f"step {step}, checkpoint {age} ago", refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

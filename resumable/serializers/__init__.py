@@ -1,0 +1,166 @@
+"""Serializers: a name -> object registry with ``pickle`` and ``cloudpickle`` built in.
+
+A serializer has a ``name``, ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``.
+The built-ins also offer ``dumps_frames``/``loads_frames``: pickle protocol 5 with
+out-of-band buffers, so a numpy array travels as its own frame and is copied exactly
+once at the snapshot (the body may mutate it in place right after the yield).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+from .._errors import ConfigurationError, SerializationError
+from ..stores._base import Buffer
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    name: str
+
+    def dumps(self, obj: Any) -> bytes: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class PickleSerializer:
+    """The standard library's pickle, protocol 5."""
+
+    name = "pickle"
+
+    def _pickler(self) -> Callable[..., bytes]:
+        return pickle.dumps
+
+    def dumps(self, obj: Any) -> bytes:
+        return self._pickler()(obj, protocol=5)
+
+    def loads(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+    def dumps_frames(self, obj: Any) -> list[Buffer]:
+        buffers: list[pickle.PickleBuffer] = []
+        main = self._pickler()(obj, protocol=5, buffer_callback=buffers.append)
+        # The copy is the snapshot: after it the body may change the arrays in place.
+        return [main, *(bytes(b.raw()) for b in buffers)]
+
+    def loads_frames(self, frames: Sequence[memoryview]) -> Any:
+        # numpy arrays built on read-only buffers would be read-only for the body.
+        oob = [f if not f.readonly else bytearray(f) for f in frames[1:]]
+        return pickle.loads(frames[0], buffers=oob)
+
+
+class CloudpickleSerializer(PickleSerializer):
+    """cloudpickle: also lambdas, closures and classes defined in ``__main__``."""
+
+    name = "cloudpickle"
+
+    def _pickler(self) -> Callable[..., bytes]:
+        try:
+            import cloudpickle
+        except ImportError as err:
+            raise ConfigurationError(
+                "serializer='cloudpickle' needs cloudpickle: pip install 'resumable[cloudpickle]'"
+            ) from err
+        return cloudpickle.dumps  # type: ignore[no-any-return]
+
+
+_registry: dict[str, Serializer] = {
+    "pickle": PickleSerializer(),
+    "cloudpickle": CloudpickleSerializer(),
+}
+registry: Mapping[str, Serializer] = MappingProxyType(_registry)
+
+
+def register_serializer(serializer: Serializer, clobber: bool = False) -> None:
+    """Make ``serializer`` available by its name."""
+    if serializer.name in _registry and not clobber:
+        raise ValueError(f"a serializer named {serializer.name!r} exists; pass clobber=True")
+    _registry[serializer.name] = serializer
+
+
+def get_serializer(spec: str | Serializer) -> Serializer:
+    if isinstance(spec, str):
+        try:
+            return _registry[spec]
+        except KeyError:
+            raise ConfigurationError(
+                f"unknown serializer {spec!r}; use one of {sorted(_registry)} "
+                "or an object with name, dumps and loads"
+            ) from None
+    if not (
+        isinstance(getattr(spec, "name", None), str)
+        and callable(getattr(spec, "dumps", None))
+        and callable(getattr(spec, "loads", None))
+    ):
+        raise ConfigurationError(
+            f"serializer {spec!r} must be a name or an object with name (str), dumps and loads"
+        )
+    return spec
+
+
+def dumps_frames(serializer: Serializer, obj: Any, what: str) -> list[Buffer]:
+    """Serialize ``obj``; failures become SerializationError naming the offending part."""
+    try:
+        if isinstance(serializer, PickleSerializer):
+            return serializer.dumps_frames(obj)
+        return [serializer.dumps(obj)]
+    except SerializationError:
+        raise
+    except ConfigurationError:
+        raise
+    except Exception as err:
+        raise SerializationError(_explain(serializer, obj, what, err)) from err
+
+
+def loads_frames(serializer: Serializer, frames: Sequence[memoryview]) -> Any:
+    if isinstance(serializer, PickleSerializer):
+        return serializer.loads_frames(frames)
+    return serializer.loads(bytes(frames[0]))
+
+
+def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield f"[{k!r}]", v
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield f"[{i}]", v
+    elif isinstance(obj, (set, frozenset)):
+        for v in obj:
+            yield "{…}", v
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
+        for k, v in vars(obj).items():
+            yield f".{k}", v
+
+
+def _find_offender(serializer: Serializer, obj: Any, path: str, depth: int = 0) -> tuple[str, Any]:
+    """The deepest part of ``obj`` that the serializer cannot handle on its own."""
+    if depth < 50:
+        for suffix, child in _children(obj):
+            try:
+                serializer.dumps(child)
+            except Exception:
+                return _find_offender(serializer, child, path + suffix, depth + 1)
+    return path, obj
+
+
+def _explain(serializer: Serializer, obj: Any, what: str, err: Exception) -> str:
+    path, offender = _find_offender(serializer, obj, what)
+    kind = type(offender)
+    message = (
+        f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "
+        f"{kind.__module__}.{kind.__qualname__} ({err})"
+    )
+    if serializer.name == "pickle":
+        try:
+            import cloudpickle
+
+            cloudpickle.dumps(offender)
+        except Exception:
+            message += "; keep it out of the state (rebuild it after a resume)"
+        else:
+            message += "; serializer='cloudpickle' can handle it"
+    return message

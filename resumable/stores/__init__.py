@@ -1,0 +1,107 @@
+"""Stores chosen by URL scheme: ``file`` (and plain paths), ``memory``, ``s3``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from urllib.parse import urlsplit
+
+from .._errors import ConfigurationError
+from ._base import Payload, Store, join_payload, payload_size
+
+# scheme -> "module:factory" (imported lazily) or a factory taking the URL.
+_registry: dict[str, str | Callable[[str], Store]] = {
+    "file": "resumable.stores._local:LocalStore.from_url",
+    "memory": "resumable.stores._memory:MemoryStore.from_url",
+    "s3": "resumable.stores._s3:S3Store.from_url",
+}
+_install_hints = {"s3": "Install boto3 for s3:// URLs: pip install 'resumable[s3]'"}
+registry: Mapping[str, str | Callable[[str], Store]] = MappingProxyType(_registry)
+
+DEFAULT_STORE = "./.resumable"
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def register_store(scheme: str, factory: Callable[[str], Store], clobber: bool = False) -> None:
+    """Make ``scheme://...`` URLs open with ``factory(url)``."""
+    if scheme in _registry and not clobber:
+        raise ValueError(f"a store is already registered for {scheme}://; pass clobber=True")
+    _registry[scheme] = factory
+
+
+def default_store_url() -> str:
+    return os.environ.get("RESUMABLE_STORE") or DEFAULT_STORE
+
+
+def normalize_url(url: str | os.PathLike[str]) -> str:
+    """A canonical URL for a store argument: plain paths become absolute file:// URLs."""
+    text = os.fspath(url)
+    if not text or not text.strip():
+        raise ConfigurationError(
+            "store URL is empty; pass a path, file:///abs/path, s3://bucket/prefix or memory://name"
+        )
+    if any(ord(c) < 32 for c in text):
+        raise ConfigurationError(f"store URL {text!r} contains control characters")
+    m = _SCHEME.match(text)
+    if m is None:
+        if "://" in text or text.startswith(("s3:", "file:", "memory:")):
+            raise ConfigurationError(
+                f"store URL {text!r} is malformed; expected scheme://..., "
+                "e.g. s3://bucket/prefix or file:///abs/path"
+            )
+        return Path(text).expanduser().resolve().as_uri()
+    scheme = m.group(1).lower()
+    if scheme not in _registry:
+        known = ", ".join(f"{s}://" for s in sorted(_registry))
+        raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
+    if scheme == "file":
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise ConfigurationError(
+                f"store URL {text!r}: file URLs need an absolute path, e.g. file:///data/ckpt"
+            )
+        if not parts.path.startswith("/"):
+            raise ConfigurationError(f"store URL {text!r}: file URL path must be absolute")
+    return scheme + text[len(scheme) :]
+
+
+def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
+    """The store for a URL, path or store object (None: $RESUMABLE_STORE, else ./.resumable)."""
+    if url is not None and not isinstance(url, (str, os.PathLike)):
+        if isinstance(url, Store):
+            return url
+        raise ConfigurationError(
+            f"store must be a URL, a path or a store object, not {type(url).__name__}"
+        )
+    canonical = normalize_url(default_store_url() if url is None else url)
+    scheme = canonical.split("://", 1)[0]
+    factory = _registry[scheme]
+    if isinstance(factory, str):
+        module_name, attr = factory.split(":")
+        try:
+            target: object = importlib.import_module(module_name)
+        except ImportError as err:
+            hint = _install_hints.get(scheme, str(err))
+            raise ConfigurationError(f"cannot open {canonical}: {hint}") from err
+        for part in attr.split("."):
+            target = getattr(target, part)
+        factory = target  # type: ignore[assignment]
+    # Factories may share expensive parts (boto3 clients, memory dicts) between calls.
+    return factory(canonical)  # type: ignore[operator]
+
+
+__all__ = [
+    "Payload",
+    "Store",
+    "default_store_url",
+    "join_payload",
+    "normalize_url",
+    "open_store",
+    "payload_size",
+    "register_store",
+    "registry",
+]

@@ -1,0 +1,54 @@
+"""The byte-level store protocol. A store never serializes; it moves bytes under keys.
+
+Keys are '/'-separated paths relative to the store's root (``<run_id>/ckpt-...``).
+A payload is a sequence of bytes-like buffers whose concatenation is the object's
+content: large states arrive as many zero-copy buffers (pickle protocol 5
+out-of-band frames), and a store may stream them without joining them first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+# Buffer-protocol objects; collections.abc.Buffer only exists from Python 3.12.
+Buffer = bytes | bytearray | memoryview
+Payload = Sequence[Buffer]
+
+
+def payload_size(data: Payload) -> int:
+    return sum(memoryview(b).nbytes for b in data)
+
+
+def join_payload(data: Payload) -> bytes:
+    return b"".join(memoryview(b).cast("B") for b in data)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store implements. All methods are thread-safe."""
+
+    #: The URL the store was opened with, used in every error message.
+    url: str
+
+    def put(self, key: str, data: Payload) -> None:
+        """Write the object atomically: readers see the old content or the new, never part."""
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        """Create the object only if no object has the key; return False if one had.
+
+        Stores whose server ignores conditional writes behave like ``put`` and return
+        True; ``conditional_writes()`` tells which.
+        """
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        """The object's whole content, or None when there is no such object."""
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Keys that start with ``prefix`` (and sort after ``start_after``), ascending."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object; removing a missing object is not an error."""
+
+    def conditional_writes(self) -> bool:
+        """True when ``put_if_absent`` is enforced by the storage itself."""

@@ -1,0 +1,133 @@
+"""A folder on a local or mounted file system. Writes are atomic: temp file, fsync, rename."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from .._errors import StoreError
+from ._base import Payload
+
+TMP_PREFIX = ".tmp-"
+
+
+class LocalStore:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.url = self.root.as_uri()
+
+    @classmethod
+    def from_url(cls, url: str) -> LocalStore:
+        return cls(unquote(urlsplit(url).path))
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def _fail(self, action: str, key: str, err: OSError) -> StoreError:
+        hint = {
+            errno.ENOSPC: "the disk is full; free space or point RESUMABLE_STORE elsewhere",
+            errno.EDQUOT: "the disk quota is exhausted; free space",
+            errno.EACCES: "permission denied; check the folder's owner and mode",
+            errno.EROFS: "the file system is read-only; mount it writable",
+        }.get(err.errno or 0, "check that the folder exists and is writable")
+        return StoreError(
+            f"{action} {key!r} in {self.url} failed: {err.strerror or err}; {hint}",
+            url=self.url,
+            key=key,
+        )
+
+    def _write_temp(self, key: str, data: Payload) -> Path:
+        path = self._path(key)
+        tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{uuid.uuid4().hex}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                for buf in data:
+                    f.write(buf)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise self._fail("writing", key, err) from err
+        return tmp
+
+    def _sync_dir(self, path: Path) -> None:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def put(self, key: str, data: Payload) -> None:
+        tmp = self._write_temp(key, data)
+        path = self._path(key)
+        try:
+            os.replace(tmp, path)
+            self._sync_dir(path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise self._fail("writing", key, err) from err
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        tmp = self._write_temp(key, data)
+        path = self._path(key)
+        try:
+            os.link(tmp, path)  # atomic create-only: fails if the name exists
+            self._sync_dir(path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as err:
+            raise self._fail("writing", key, err) from err
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def get(self, key: str) -> bytearray | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                buf = bytearray(size)
+                view = memoryview(buf)
+                got = 0
+                while got < size:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                return buf if got == size else buf[:got]
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as err:
+            raise self._fail("reading", key, err) from err
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        folder = prefix.rpartition("/")[0]
+        found: list[str] = []
+        # os.walk ignores a missing folder: a run with no objects lists as empty.
+        for dirpath, _dirnames, filenames in os.walk(self._path(folder) if folder else self.root):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for name in filenames:
+                key = name if rel == "." else f"{rel}/{name}"
+                if (
+                    key.startswith(prefix)
+                    and not name.startswith(TMP_PREFIX)
+                    and (start_after is None or key > start_after)
+                ):
+                    found.append(key)
+        return sorted(found)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:
+            raise self._fail("deleting", key, err) from err
+        with contextlib.suppress(OSError):  # drop the run's folder once it is empty
+            path.parent.rmdir()
+
+    def conditional_writes(self) -> bool:
+        return True

@@ -1,0 +1,702 @@
+"""``s3://bucket/prefix``: the byte-level store on boto3 (AWS, MinIO, R2, Ceph, rclone, moto).
+
+Objects become visible only when complete: a single PutObject, or a
+CompleteMultipartUpload for large payloads whose parts are uploaded in parallel
+straight from the payload's buffers (no giant joined ``bytes``). Large objects are
+read back with parallel ranged GETs into one preallocated ``bytearray``.
+
+Endpoint, region and credentials come from boto3's standard chain; explicit settings
+may be given as constructor arguments or on the URL's query string, e.g.
+``s3://bucket/prefix?endpoint_url=http://minio:9000&addressing_style=path&sse=aws:kms``.
+
+botocore's own retries are off: its jitter draws from the global ``random`` module,
+which ``capture_rng`` saves and restores. ``resumable._retry`` retries every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from .._errors import ConfigurationError, StoreError
+from .._retry import error_code, retrying
+from ._base import Payload, payload_size
+
+try:
+    import boto3
+    import botocore.config
+    import botocore.exceptions
+except ImportError as _err:  # pragma: no cover - the registry turns this into a hint
+    raise ImportError("s3:// stores need boto3: pip install 'resumable[s3]'") from _err
+
+log = logging.getLogger("resumable")
+
+MiB = 1024 * 1024
+DEFAULT_PART_SIZE = 8 * MiB
+DEFAULT_THRESHOLD = 8 * MiB  # below this a payload goes up in one PutObject
+MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
+MAX_PARTS = 10_000
+DEFAULT_WORKERS = 8
+
+_ENV_KEYS = (
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CA_BUNDLE",
+)
+_URL_OPTIONS = {
+    "endpoint_url": str,
+    "region": str,
+    "addressing_style": str,
+    "sse": str,
+    "sse_kms_key_id": str,
+    "storage_class": str,
+    "part_size": int,
+    "multipart_threshold": int,
+    "max_workers": int,
+    "connect_timeout": float,
+    "read_timeout": float,
+}
+_SSE = ("AES256", "aws:kms", "aws:kms:dsse")
+
+_clients: dict[tuple[object, ...], Any] = {}
+_clients_lock = threading.Lock()
+# (client key, bucket) -> does the server enforce If-None-Match?
+_conditional: dict[tuple[object, ...], bool] = {}
+_conditional_lock = threading.Lock()
+
+
+def _env_fingerprint() -> str:
+    # Secrets only enter a hash: the cache key may end up in reprs and logs.
+    text = "\0".join(f"{k}={os.environ.get(k, '')}" for k in _ENV_KEYS)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _get_client(
+    endpoint_url: str | None,
+    region: str | None,
+    addressing_style: str | None,
+    connect_timeout: float,
+    read_timeout: float,
+    pool: int,
+) -> tuple[Any, tuple[object, ...]]:
+    key = (
+        endpoint_url,
+        region,
+        addressing_style,
+        connect_timeout,
+        read_timeout,
+        pool,
+        _env_fingerprint(),
+    )
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            config = botocore.config.Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                max_pool_connections=pool,
+                s3={"addressing_style": addressing_style} if addressing_style else None,  # type: ignore[arg-type]
+                # CRC32 on every upload where the operation supports it.
+                request_checksum_calculation="when_supported",
+                # Ranged GETs carry the whole object's checksum on some servers (rclone),
+                # which botocore would check against the range; our own header checksum
+                # covers the whole payload on load instead.
+                response_checksum_validation="when_required",
+            )
+            # A session per client: sessions are not thread-safe, clients are.
+            session = boto3.session.Session()
+            client = session.client(
+                "s3", endpoint_url=endpoint_url, region_name=region, config=config
+            )
+            _clients[key] = client
+    return client, key
+
+
+class _PartReader(io.RawIOBase):
+    """A seekable, read-only file over memoryview segments, so parts are never joined."""
+
+    def __init__(self, segments: Sequence[memoryview]) -> None:
+        super().__init__()
+        self._segments = list(segments)
+        self._starts: list[int] = []
+        total = 0
+        for seg in self._segments:
+            self._starts.append(total)
+            total += seg.nbytes
+        self._size = total
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def __len__(self) -> int:
+        return max(0, self._size - self._pos)
+
+    def _locate(self) -> tuple[memoryview, int] | None:
+        if self._pos >= self._size:
+            return None
+        # Few segments per part: a linear scan is cheaper than bisect's bookkeeping.
+        for seg, start in zip(self._segments, self._starts, strict=True):
+            if start <= self._pos < start + seg.nbytes:
+                return seg, self._pos - start
+        return None
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            chunks = []
+            while (chunk := self.read(8 * MiB)) != b"":
+                chunks.append(chunk)
+            return b"".join(chunks)
+        found = self._locate()
+        if found is None or size == 0:
+            return b""
+        seg, offset = found
+        chunk = bytes(seg[offset : offset + size])
+        self._pos += len(chunk)
+        return chunk
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        written = 0
+        while written < target.nbytes:
+            found = self._locate()
+            if found is None:
+                break
+            seg, offset = found
+            n = min(seg.nbytes - offset, target.nbytes - written)
+            target[written : written + n] = seg[offset : offset + n]
+            written += n
+            self._pos += n
+        return written
+
+
+def _byte_views(data: Payload) -> list[memoryview]:
+    views = []
+    for buf in data:
+        view = memoryview(buf)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        if view.nbytes:
+            views.append(view)
+    return views
+
+
+def _split_parts(views: list[memoryview], part_size: int) -> list[list[memoryview]]:
+    """Cut the payload into parts of ``part_size`` bytes as lists of zero-copy slices."""
+    parts: list[list[memoryview]] = []
+    current: list[memoryview] = []
+    room = part_size
+    for view in views:
+        offset = 0
+        while offset < view.nbytes:
+            n = min(room, view.nbytes - offset)
+            current.append(view[offset : offset + n])
+            offset += n
+            room -= n
+            if room == 0:
+                parts.append(current)
+                current, room = [], part_size
+    if current:
+        parts.append(current)
+    return parts
+
+
+class _ObjectChanged(Exception):
+    """The object was replaced while a ranged download was in progress."""
+
+
+def _read_exactly(body: Any, target: memoryview) -> None:
+    import http.client
+
+    got = 0
+    try:
+        while got < target.nbytes:
+            n = body.readinto(target[got:])
+            if not n:
+                break
+            got += n
+    finally:
+        body.close()
+    if got != target.nbytes:
+        # Retryable: the connection ended early.
+        raise http.client.IncompleteRead(b"", target.nbytes - got)
+
+
+class S3Store:
+    """The byte-level store protocol on one bucket and key prefix."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        addressing_style: str | None = None,
+        sse: str | None = None,
+        sse_kms_key_id: str | None = None,
+        storage_class: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        multipart_threshold: int = DEFAULT_THRESHOLD,
+        max_workers: int = DEFAULT_WORKERS,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "s3" or not parts.netloc:
+            raise ConfigurationError(f"store URL {url!r} must look like s3://bucket/prefix")
+        self.url = url
+        self.bucket = parts.netloc
+        prefix = parts.path.strip("/")
+        self.root = f"{prefix}/" if prefix else ""
+        if addressing_style not in (None, "path", "virtual", "auto"):
+            raise ConfigurationError(
+                f"{url}: addressing_style={addressing_style!r}; use path, virtual or auto"
+            )
+        if sse is not None and sse not in _SSE:
+            raise ConfigurationError(f"{url}: sse={sse!r}; use one of {', '.join(_SSE)}")
+        if sse_kms_key_id is not None and sse is None:
+            sse = "aws:kms"
+        if part_size < MIN_PART_SIZE:
+            raise ConfigurationError(f"{url}: part_size must be at least {MIN_PART_SIZE} bytes")
+        if max_workers < 1:
+            raise ConfigurationError(f"{url}: max_workers must be at least 1")
+        self.part_size = part_size
+        self.multipart_threshold = max(multipart_threshold, 1)
+        self.max_workers = max_workers
+        self._extra: dict[str, str] = {}
+        if sse:
+            self._extra["ServerSideEncryption"] = sse
+        if sse_kms_key_id:
+            self._extra["SSEKMSKeyId"] = sse_kms_key_id
+        if storage_class:
+            self._extra["StorageClass"] = storage_class
+        self._client, client_key = _get_client(
+            endpoint_url,
+            region,
+            addressing_style,
+            connect_timeout,
+            read_timeout,
+            # Parallel parts of a put plus a concurrent get must not wait for a socket.
+            max(2 * max_workers + 4, 10),
+        )
+        self._conditional_key = (*client_key, self.bucket)
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        """Open ``s3://bucket/prefix[?option=value&...]``; options are the keyword args."""
+        parts = urlsplit(url)
+        kwargs: dict[str, Any] = {}
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            kind = _URL_OPTIONS.get(name)
+            if kind is None:
+                known = ", ".join(sorted(_URL_OPTIONS))
+                raise ConfigurationError(f"store URL {url!r}: unknown option {name!r}; use {known}")
+            try:
+                kwargs[name] = kind(value)
+            except ValueError:
+                raise ConfigurationError(
+                    f"store URL {url!r}: option {name}={value!r} is not a valid {kind.__name__}"
+                ) from None
+        return cls(url, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r})"
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _key(self, key: str) -> str:
+        if not key or key.startswith("/"):
+            raise ConfigurationError(f"{self.url}: invalid key {key!r}")
+        return self.root + key
+
+    def _call(self, op: str, key: str | None, fn: Callable[[], Any]) -> Any:
+        return retrying(op, self.url, key, fn)
+
+    # -- writes --------------------------------------------------------------------
+
+    def put(self, key: str, data: Payload) -> None:
+        self._write(key, data, if_absent=False)
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        if not self.conditional_writes():
+            # Best effort where the server ignores If-None-Match: catches a claim made
+            # earlier, but not one racing this very request (documented weaker fencing).
+            if self._exists(key):
+                return False
+            self._write(key, data, if_absent=False)
+            return True
+        return self._write(key, data, if_absent=True)
+
+    def _write(self, key: str, data: Payload, *, if_absent: bool) -> bool:
+        full = self._key(key)
+        size = payload_size(data)
+        if size < self.multipart_threshold:
+            return self._put_single(key, full, data, if_absent)
+        return self._put_multipart(key, full, data, size, if_absent)
+
+    def _put_single(self, key: str, full: str, data: Payload, if_absent: bool) -> bool:
+        body = b"".join(_byte_views(data))  # small: one copy is cheaper than a reader
+        ambiguous = False
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": body, **self._extra}
+        if if_absent:
+            kwargs["IfNoneMatch"] = "*"
+
+        def attempt() -> bool:
+            nonlocal ambiguous
+            try:
+                self._client.put_object(**kwargs)
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc)
+                if if_absent and (code == "PreconditionFailed" or status == 412):
+                    # If an earlier attempt of ours may have landed before its response
+                    # was lost, the object we collide with may be our own.
+                    return ambiguous and self._same_content(full, body)
+                ambiguous = True
+                raise
+            except Exception:
+                ambiguous = True
+                raise
+            return True
+
+        result: bool = self._call("put", key, attempt)
+        return result
+
+    def _same_content(self, full: str, body: bytes) -> bool:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=full)
+            return bool(response["Body"].read() == body)
+        except Exception:  # any doubt means "not ours"
+            return False
+
+    def _put_multipart(
+        self, key: str, full: str, data: Payload, size: int, if_absent: bool
+    ) -> bool:
+        part_size = max(self.part_size, -(-size // MAX_PARTS))
+        parts = _split_parts(_byte_views(data), part_size)
+        created = self._call(
+            "put (create multipart upload)",
+            key,
+            lambda: self._client.create_multipart_upload(
+                Bucket=self.bucket, Key=full, ChecksumAlgorithm="CRC32", **self._extra
+            ),
+        )
+        upload_id: str = created["UploadId"]
+        try:
+            completed = self._upload_parts(key, full, upload_id, parts)
+            done = self._complete(key, full, upload_id, completed, size, if_absent)
+        except BaseException as exc:
+            self._abort(key, full, upload_id)
+            if isinstance(exc, StoreError):
+                raise StoreError(
+                    f"{exc} (the multipart upload was aborted; nothing was written)",
+                    url=self.url,
+                    key=key,
+                ) from exc
+            raise
+        if not done:
+            self._abort(key, full, upload_id)
+        return done
+
+    def _upload_parts(
+        self, key: str, full: str, upload_id: str, parts: list[list[memoryview]]
+    ) -> list[dict[str, Any]]:
+        def upload(number: int, segments: list[memoryview]) -> dict[str, Any]:
+            def attempt() -> dict[str, Any]:
+                response = self._client.upload_part(
+                    Bucket=self.bucket,
+                    Key=full,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=_PartReader(segments),  # fresh reader: every attempt starts at 0
+                    ChecksumAlgorithm="CRC32",
+                )
+                entry = {"PartNumber": number, "ETag": response["ETag"]}
+                if response.get("ChecksumCRC32"):
+                    entry["ChecksumCRC32"] = response["ChecksumCRC32"]
+                return entry
+
+            result: dict[str, Any] = self._call(f"put (part {number})", key, attempt)
+            return result
+
+        workers = min(self.max_workers, len(parts))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resumable-s3-put")
+        try:
+            futures: list[Future[dict[str, Any]]] = [
+                pool.submit(upload, number, segments)
+                for number, segments in enumerate(parts, start=1)
+            ]
+            _done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future.done() and future.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise future.exception()  # type: ignore[misc]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _complete(
+        self,
+        key: str,
+        full: str,
+        upload_id: str,
+        completed: list[dict[str, Any]],
+        size: int,
+        if_absent: bool,
+    ) -> bool:
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": full,
+            "UploadId": upload_id,
+            "MultipartUpload": {"Parts": completed},
+        }
+        if if_absent:
+            kwargs["IfNoneMatch"] = "*"
+        attempts = 0
+
+        def attempt() -> bool:
+            nonlocal attempts
+            attempts += 1
+            try:
+                self._client.complete_multipart_upload(**kwargs)
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc)
+                if if_absent and (code == "PreconditionFailed" or status == 412):
+                    return False
+                if code == "NoSuchUpload" and attempts > 1:
+                    # An earlier attempt completed it but its response was lost.
+                    return self._size_of(full) == size
+                raise
+            return True
+
+        result: bool = self._call("put (complete multipart upload)", key, attempt)
+        return result
+
+    def _abort(self, key: str, full: str, upload_id: str) -> None:
+        def attempt() -> None:
+            try:
+                self._client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id
+                )
+            except botocore.exceptions.ClientError as exc:
+                if error_code(exc)[0] != "NoSuchUpload":
+                    raise
+
+        try:
+            self._call("abort multipart upload", key, attempt)
+        except StoreError as exc:
+            log.error("%s; add a lifecycle rule that aborts incomplete multipart uploads", exc)
+
+    def _size_of(self, full: str) -> int | None:
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=full)
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc)[1] == 404:
+                return None
+            raise
+        return int(response["ContentLength"])
+
+    def _exists(self, key: str) -> bool:
+        full = self._key(key)
+        return self._call("head", key, lambda: self._size_of(full)) is not None
+
+    # -- reads ---------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        full = self._key(key)
+        for _ in range(5):
+            try:
+                return self._get_once(key, full)
+            except _ObjectChanged:
+                continue  # replaced mid-download: read the new version from the start
+        raise StoreError(
+            f"get {self.url} key {key!r} failed: the object kept changing during the download; "
+            "make sure only one process writes it",
+            url=self.url,
+            key=key,
+        )
+
+    def _get_once(self, key: str, full: str) -> bytes | bytearray | None:
+        first = self.part_size
+
+        def head_chunk() -> tuple[bytes, int | None, str | None] | None:
+            try:
+                response = self._client.get_object(
+                    Bucket=self.bucket, Key=full, Range=f"bytes=0-{first - 1}"
+                )
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc)
+                if code in ("NoSuchKey", "NotFound"):
+                    return None
+                if code == "InvalidRange" or status == 416:
+                    # Ranges are invalid on empty objects only.
+                    whole = self._client.get_object(Bucket=self.bucket, Key=full)
+                    return bytes(whole["Body"].read()), None, whole.get("ETag")
+                raise
+            length = int(response["ContentLength"])
+            chunk = bytearray(length)
+            _read_exactly(response["Body"], memoryview(chunk))
+            total: int | None = None
+            content_range = response.get("ContentRange")
+            if content_range and "/" in content_range:
+                tail = content_range.rsplit("/", 1)[1]
+                total = int(tail) if tail.isdigit() else None
+            return bytes(chunk), total, response.get("ETag")
+
+        found: tuple[bytes, int | None, str | None] | None = self._call("get", key, head_chunk)
+        if found is None:
+            return None
+        chunk, total, etag = found
+        if total is None or total <= len(chunk):
+            return chunk  # small object, or a server that ignored the Range header
+        buffer = bytearray(total)
+        view = memoryview(buffer)
+        view[: len(chunk)] = chunk
+        ranges = [
+            (start, min(start + self.part_size, total))
+            for start in range(len(chunk), total, self.part_size)
+        ]
+
+        def fetch(start: int, stop: int) -> None:
+            def attempt() -> None:
+                extra = {"IfMatch": etag} if etag else {}
+                try:
+                    response = self._client.get_object(
+                        Bucket=self.bucket, Key=full, Range=f"bytes={start}-{stop - 1}", **extra
+                    )
+                except botocore.exceptions.ClientError as exc:
+                    code, status = error_code(exc)
+                    if code in ("PreconditionFailed", "NoSuchKey") or status in (404, 412):
+                        raise _ObjectChanged from exc
+                    raise
+                if etag and response.get("ETag") not in (None, etag):
+                    response["Body"].close()
+                    raise _ObjectChanged  # servers that ignore If-Match (rclone)
+                _read_exactly(response["Body"], view[start:stop])
+
+            self._call(f"get (bytes {start}-{stop - 1})", key, attempt)
+
+        workers = min(self.max_workers, len(ranges))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resumable-s3-get") as pool:
+            futures = [pool.submit(fetch, start, stop) for start, stop in ranges]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future.done() and future.exception() is not None:
+                    for other in futures:
+                        other.cancel()
+                    raise future.exception()  # type: ignore[misc]
+            for future in futures:
+                future.result()
+        return buffer
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        keys: list[str] = []
+        token: str | None = None
+        full_prefix = self.root + prefix
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            elif start_after is not None:
+                kwargs["StartAfter"] = self.root + start_after
+            page: dict[str, Any] = self._call("list", prefix or None, self._lister(kwargs))
+            for item in page.get("Contents", ()):
+                name: str = item["Key"]
+                if name.startswith(self.root):
+                    keys.append(name[len(self.root) :])
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                break
+        keys.sort()  # S3 lists in byte order already; some compatible servers do not
+        if start_after is not None:
+            keys = [k for k in keys if k > start_after]
+        return keys
+
+    def _lister(self, kwargs: dict[str, Any]) -> Callable[[], Any]:
+        return lambda: self._client.list_objects_v2(**kwargs)
+
+    def delete(self, key: str) -> None:
+        full = self._key(key)
+
+        def attempt() -> None:
+            try:
+                self._client.delete_object(Bucket=self.bucket, Key=full)
+            except botocore.exceptions.ClientError as exc:
+                if error_code(exc)[0] not in ("NoSuchKey", "NotFound"):
+                    raise
+
+        self._call("delete", key, attempt)
+
+    # -- capabilities ----------------------------------------------------------------
+
+    def conditional_writes(self) -> bool:
+        with _conditional_lock:
+            known = _conditional.get(self._conditional_key)
+            if known is None:
+                known = self._probe_conditional()
+                _conditional[self._conditional_key] = known
+        return known
+
+    def _probe_conditional(self) -> bool:
+        probe = f".resumable-probe-{uuid.uuid4().hex}"
+        full = self._key(probe)
+
+        def put() -> bool:
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=b"", IfNoneMatch="*")
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc)
+                if code == "PreconditionFailed" or status == 412:
+                    return False
+                if status in (400, 501) or code == "NotImplemented":
+                    # The server rejects the header outright: treat as unsupported.
+                    return True
+                raise
+            return True
+
+        try:
+            self._call("put (conditional-write probe)", probe, put)
+            enforced = not self._call("put (conditional-write probe)", probe, put)
+        finally:
+            self.delete(probe)
+        if not enforced:
+            log.warning(
+                "%s: the server ignores conditional writes (If-None-Match); fencing of "
+                "concurrent attempts of a run is weaker (best-effort existence checks)",
+                self.url,
+            )
+        return enforced
+
+
+__all__ = ["S3Store"]
