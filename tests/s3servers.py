@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import shutil
 import socket
@@ -150,6 +151,8 @@ class MotoServer(S3Server):
     def start(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        # One INFO line per request drowns every captured log in test failures.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         port = free_port()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self._server.start()

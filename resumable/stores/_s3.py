@@ -74,6 +74,7 @@ _URL_OPTIONS = {
     "max_workers": int,
     "connect_timeout": float,
     "read_timeout": float,
+    "checksums": str,
 }
 _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
 
@@ -97,8 +98,10 @@ def _get_client(
     connect_timeout: float,
     read_timeout: float,
     pool: int,
+    checksums: bool,
 ) -> tuple[Any, tuple[object, ...]]:
     key = (
+        checksums,
         endpoint_url,
         region,
         addressing_style,
@@ -117,7 +120,7 @@ def _get_client(
                 max_pool_connections=pool,
                 s3={"addressing_style": addressing_style} if addressing_style else None,  # type: ignore[arg-type]
                 # CRC32 on every upload where the operation supports it.
-                request_checksum_calculation="when_supported",
+                request_checksum_calculation="when_supported" if checksums else "when_required",
                 # Ranged GETs carry the whole object's checksum on some servers (rclone),
                 # which botocore would check against the range; our own header checksum
                 # covers the whole payload on load instead.
@@ -271,6 +274,7 @@ class S3Store:
         max_workers: int = DEFAULT_WORKERS,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        checksums: bool | str = True,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "s3" or not parts.netloc:
@@ -291,6 +295,12 @@ class S3Store:
             raise ConfigurationError(f"{url}: part_size must be at least {MIN_PART_SIZE} bytes")
         if max_workers < 1:
             raise ConfigurationError(f"{url}: max_workers must be at least 1")
+        if isinstance(checksums, str):
+            if checksums.lower() not in ("on", "off", "true", "false", "1", "0"):
+                raise ConfigurationError(f"{url}: checksums={checksums!r}; use on or off")
+            checksums = checksums.lower() in ("on", "true", "1")
+        # S3 CRC32 checksums on uploads; `checksums=off` for servers that reject them.
+        self.checksums = checksums
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, 1)
         self.max_workers = max_workers
@@ -309,6 +319,7 @@ class S3Store:
             read_timeout,
             # Parallel parts of a put plus a concurrent get must not wait for a socket.
             max(2 * max_workers + 4, 10),
+            checksums,
         )
         self._conditional_key = (*client_key, self.bucket)
 
@@ -404,13 +415,7 @@ class S3Store:
     ) -> bool:
         part_size = max(self.part_size, -(-size // MAX_PARTS))
         parts = _split_parts(_byte_views(data), part_size)
-        created = self._call(
-            "put (create multipart upload)",
-            key,
-            lambda: self._client.create_multipart_upload(
-                Bucket=self.bucket, Key=full, ChecksumAlgorithm="CRC32", **self._extra
-            ),
-        )
+        created = self._call("put (create multipart upload)", key, lambda: self._create(full))
         upload_id: str = created["UploadId"]
         try:
             completed = self._upload_parts(key, full, upload_id, parts)
@@ -428,6 +433,25 @@ class S3Store:
             self._abort(key, full, upload_id)
         return done
 
+    def _create(self, full: str) -> Any:
+        if self.checksums:
+            try:
+                return self._client.create_multipart_upload(
+                    Bucket=self.bucket, Key=full, ChecksumAlgorithm="CRC32", **self._extra
+                )
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc)
+                about_checksums = "checksum" in str(exc).lower() or code == "NotImplemented"
+                if status not in (400, 501) or not about_checksums:
+                    raise
+                log.warning(
+                    "%s: the server rejects S3 checksums (%s); uploading without them",
+                    self.url,
+                    code,
+                )
+                self.checksums = False
+        return self._client.create_multipart_upload(Bucket=self.bucket, Key=full, **self._extra)
+
     def _upload_parts(
         self, key: str, full: str, upload_id: str, parts: list[list[memoryview]]
     ) -> list[dict[str, Any]]:
@@ -439,7 +463,7 @@ class S3Store:
                     UploadId=upload_id,
                     PartNumber=number,
                     Body=_PartReader(segments),  # fresh reader: every attempt starts at 0
-                    ChecksumAlgorithm="CRC32",
+                    **({"ChecksumAlgorithm": "CRC32"} if self.checksums else {}),
                 )
                 entry = {"PartNumber": number, "ETag": response["ETag"]}
                 if response.get("ChecksumCRC32"):

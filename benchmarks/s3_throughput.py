@@ -1,0 +1,344 @@
+"""Save and load a large numpy state through resumable vs raw boto3, on ``rclone serve s3``.
+
+Rows (each measured in its own child process, so its peak RSS is its own; repeats are
+interleaved and the median is reported):
+
+  framework save:  a ``@checkpointed`` generator that yields the state once and returns
+                   a small token; the timed call is everything the user pays: resume
+                   lookup, attempt claim, snapshot, multipart upload, final flush,
+                   result record.
+  framework load:  ``f.latest()``: list, download, verify the checksum, unpickle.
+  raw upload:      boto3 ``upload_fileobj`` of the array's bytes (zero-copy reader over
+                   the array) with TransferConfig(16 MiB parts, 10 threads).
+  raw download:    boto3 ``download_fileobj`` into a preallocated buffer, same config.
+  snippet save:    the article's ``put_object(Body=pickle.dumps(state))``.
+  snippet load:    the article's ``pickle.loads(get_object(...)['Body'].read())``.
+
+Memory: ``peak / state`` = (peak RSS of the child during the operation - RSS before
+the state existed) / state size. A save cannot go below 1.0 (the state itself is in
+memory); 1.3 means the save needed at most 0.3 x the state on top of it. For loads the
+state is what the operation produces, so 1.0 is again the floor.
+
+    python benchmarks/s3_throughput.py            # 512 MiB
+    python benchmarks/s3_throughput.py --quick    # 32 MiB
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+NAME = "s3_throughput"
+OPS = ("framework_save", "raw_upload", "snippet_save", "framework_load", "raw_download",
+       "snippet_load")
+PART = 16 * _common.MiB
+THREADS = 10
+TARGET_RATIO = 0.9
+TARGET_SAVE_RSS = 1.3
+
+
+# ---------------------------------------------------------------------------------------
+# child
+# ---------------------------------------------------------------------------------------
+
+
+class MemReader(io.RawIOBase):
+    """A seekable read-only file over a buffer, without copying it first."""
+
+    def __init__(self, buf: memoryview) -> None:
+        self._buf = buf.cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._buf)}[whence]
+        self._pos = max(0, min(len(self._buf), base + offset))
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self._buf) - self._pos)
+        memoryview(b).cast("B")[:n] = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
+class MemWriter(io.RawIOBase):
+    """A seekable file writing into a preallocated bytearray (downloads land in place)."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = bytearray(size)
+        self._view = memoryview(self.buf)
+        self._pos = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self.buf)}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def write(self, b: Any) -> int:
+        data = memoryview(b).cast("B")
+        self._view[self._pos:self._pos + len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def make_state(size: int, seed: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng(seed).random(size // 8)
+
+
+def transfer_config() -> Any:
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(multipart_threshold=PART, multipart_chunksize=PART,
+                          max_concurrency=THREADS, use_threads=True)
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    import logging
+
+    import boto3
+    import numpy as np
+
+    logging.getLogger("resumable").setLevel(logging.ERROR)
+    op, url, key, size, seed = spec["op"], spec["url"], spec["key"], spec["size"], spec["seed"]
+    bucket, _, prefix = url[5:].partition("/")
+    s3 = boto3.client("s3")
+    s3.list_objects_v2(Bucket=bucket, MaxKeys=1)  # connection and credentials warmed up
+
+    from resumable import checkpointed
+
+    def body(*, state: Any = None):  # type: ignore[no-untyped-def]
+        if state is None:
+            yield {"array": spec_state}
+        return "saved"
+
+    f = checkpointed(store=url, run_id=key)(body)
+    raw_key = f"{prefix}/raw/{key}"
+    snip_key = f"{prefix}/snippet/{key}/ga_generation.pkl"
+
+    rss0 = _common.current_rss_bytes()
+    spec_state = make_state(size, seed) if op.endswith(("save", "upload")) else None
+    rss_state = _common.current_rss_bytes()
+    peak_before = _common.peak_rss_bytes()
+    t = time.perf_counter()
+    loaded: Any = None
+    if op == "framework_save":
+        assert f() == "saved"
+    elif op == "framework_load":
+        ckpt = f.latest()
+        assert ckpt is not None
+        loaded = ckpt.state["array"]
+    elif op == "raw_upload":
+        s3.upload_fileobj(MemReader(memoryview(spec_state)), bucket, raw_key,
+                          Config=transfer_config())
+    elif op == "raw_download":
+        n = s3.head_object(Bucket=bucket, Key=raw_key)["ContentLength"]
+        w = MemWriter(n)
+        s3.download_fileobj(bucket, raw_key, w, Config=transfer_config())
+        loaded = np.frombuffer(w.buf, dtype=np.float64)
+    elif op == "snippet_save":
+        s3.put_object(Bucket=bucket, Key=snip_key, Body=pickle.dumps({"array": spec_state}))
+    elif op == "snippet_load":
+        obj = s3.get_object(Bucket=bucket, Key=snip_key)
+        loaded = pickle.loads(obj["Body"].read())["array"]
+    else:
+        raise ValueError(op)
+    seconds = time.perf_counter() - t
+    peak = _common.peak_rss_bytes()
+    ok = True
+    if loaded is not None:  # after timing: the bytes must be the ones saved
+        expected = make_state(size, seed)
+        ok = bool(np.array_equal(loaded, expected))
+    return {"op": op, "seconds": seconds, "bytes": size, "peak_rss": peak,
+            "peak_rss_before_op": peak_before, "rss_before_state": rss0,
+            "rss_with_state": rss_state, "verified": ok}
+
+
+# ---------------------------------------------------------------------------------------
+# parent
+# ---------------------------------------------------------------------------------------
+
+
+def run_child(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                          capture_output=True, text=True, env=_common.child_env(env),
+                          timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {spec['op']} failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = _common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--size-mib", type=int, default=None, help="default 512 (--quick: 32)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 3 (--quick: 1)")
+    ap.add_argument("--server", choices=("rclone", "moto"), default="rclone")
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    size = (args.size_mib or (32 if args.quick else 512)) * _common.MiB
+    repeats = args.repeats or (1 if args.quick else 3)
+
+    import _servers
+
+    runs: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    with _servers.server(args.server) as srv:
+        url = srv.new_store_url("throughput")
+        for rep in range(repeats):
+            key = f"t-{uuid.uuid4().hex[:12]}"
+            for op in OPS:  # saves first: the loads read what this repeat saved
+                r = run_child({"op": op, "url": url, "key": key, "size": size, "seed": rep},
+                              srv.env)
+                r["repeat"] = rep
+                runs.append(r)
+                print(f"  {op:15} {size / 1e6 / r['seconds']:8.1f} MB/s", file=sys.stderr,
+                      flush=True)
+            clean(srv, url, key)
+    wall = time.perf_counter() - t0
+
+    rows: dict[str, dict[str, Any]] = {}
+    for op in OPS:
+        rs = [r for r in runs if r["op"] == op]
+        secs = statistics.median(r["seconds"] for r in rs)
+        peaks = [(r["peak_rss"] - r["rss_before_state"]) / size for r in rs]
+        rows[op] = {"op": op, "seconds_median": secs, "seconds": [r["seconds"] for r in rs],
+                    "mb_per_s": size / 1e6 / secs,
+                    "peak_over_state": max(peaks),
+                    "extra_over_state": max((r["peak_rss"] - r["rss_with_state"]) / size
+                                            for r in rs),
+                    "verified": all(r["verified"] for r in rs)}
+    save_ratio = rows["framework_save"]["mb_per_s"] / rows["raw_upload"]["mb_per_s"]
+    load_ratio = rows["framework_load"]["mb_per_s"] / rows["raw_download"]["mb_per_s"]
+    summary = {
+        "save_ratio_to_raw": save_ratio,
+        "load_ratio_to_raw": load_ratio,
+        "save_peak_over_state": rows["framework_save"]["peak_over_state"],
+        "snippet_save_peak_over_state": rows["snippet_save"]["peak_over_state"],
+        "targets": {"ratio": TARGET_RATIO, "save_peak_over_state": TARGET_SAVE_RSS},
+        "meets": {"save_ratio": save_ratio >= TARGET_RATIO,
+                  "load_ratio": load_ratio >= TARGET_RATIO,
+                  "save_rss": rows["framework_save"]["peak_over_state"] <= TARGET_SAVE_RSS},
+    }
+    payload = {"config": {"size_bytes": size, "repeats": repeats, "server": args.server,
+                          "part_size": PART, "threads": THREADS, "quick": args.quick},
+               "cases": list(rows.values()), "summary": summary, "runs": runs,
+               "wall_seconds": wall}
+    path = _common.write_json(args.out, NAME, payload)
+
+    labels = {"framework_save": "resumable save", "raw_upload": "raw boto3 upload_fileobj",
+              "snippet_save": "article snippet save (pickle.dumps + put_object)",
+              "framework_load": "resumable load (f.latest)",
+              "raw_download": "raw boto3 download_fileobj",
+              "snippet_load": "article snippet load (get_object + pickle.loads)"}
+    print(f"## Throughput: {size // _common.MiB} MiB numpy state, {args.server} serve s3 on "
+          f"loopback (median of {repeats})\n")
+    table = []
+    for op, r in rows.items():
+        ratio = ""
+        if op == "framework_save":
+            ratio = f"{save_ratio:.2f}"
+        elif op == "framework_load":
+            ratio = f"{load_ratio:.2f}"
+        table.append([labels[op], f"{r['seconds_median']:.2f} s", f"{r['mb_per_s']:.0f}", ratio,
+                      f"{r['peak_over_state']:.2f}x", "yes" if r["verified"] else "**NO**"])
+    print(_common.markdown_table(["operation", "time", "MB/s", "vs raw", "peak RSS / state",
+                                  "bytes verified"], table))
+    print(f"\nTargets: save and load >= {TARGET_RATIO} x raw "
+          f"({'met' if summary['meets']['save_ratio'] else 'missed'} / "
+          f"{'met' if summary['meets']['load_ratio'] else 'missed'}); save peak RSS <= "
+          f"{TARGET_SAVE_RSS} x state ({'met' if summary['meets']['save_rss'] else 'missed'}).")
+    print("peak RSS / state = (child's peak RSS - its RSS before the state existed) / state "
+          "size; 1.00 is the state alone.")
+    print(f"results: {path}")
+    if not args.no_plot:
+        plot(rows, labels, size, args.out / f"{NAME}.png")
+    return 0 if all(r["verified"] for r in rows.values()) else 1
+
+
+def clean(srv: Any, url: str, key: str) -> None:
+    bucket, _, prefix = url[5:].partition("/")
+    client = srv.client()
+    for sub in (f"{prefix}/{key}/", f"{prefix}/raw/{key}", f"{prefix}/snippet/{key}/"):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                     Prefix=sub):
+            for obj in page.get("Contents", []):
+                client.delete_object(Bucket=bucket, Key=obj["Key"])
+
+
+def plot(rows: dict[str, dict[str, Any]], labels: dict[str, str], size: int, path: Path) -> None:
+    plt = _common.pyplot()
+    if plt is None:
+        return
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.0))
+    groups = [("save", ["framework_save", "raw_upload", "snippet_save"]),
+              ("load", ["framework_load", "raw_download", "snippet_load"])]
+    colors = ["#55a868", "#4c72b0", "#c44e52"]
+    names = ["resumable", "raw boto3 (tuned)", "article snippet"]
+    width = 0.26
+    for g, (_, ops) in enumerate(groups):
+        for i, op in enumerate(ops):
+            x = g + (i - 1) * width
+            ax1.bar(x, rows[op]["mb_per_s"], width=width, color=colors[i],
+                    label=names[i] if g == 0 else None)
+            ax1.annotate(f"{rows[op]['mb_per_s']:.0f}", (x, rows[op]["mb_per_s"]),
+                         textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+            ax2.bar(x, rows[op]["peak_over_state"], width=width, color=colors[i],
+                    label=names[i] if g == 0 else None)
+            ax2.annotate(f"{rows[op]['peak_over_state']:.2f}x",
+                         (x, rows[op]["peak_over_state"]), textcoords="offset points",
+                         xytext=(0, 2), ha="center", fontsize=7)
+    for ax in (ax1, ax2):
+        ax.set_xticks([0, 1], ["save", "load"])
+    ax1.set_ylabel("MB/s")
+    ax1.set_title(f"{size // _common.MiB} MiB state, rclone serve s3", fontsize=10)
+    ax2.axhline(TARGET_SAVE_RSS, color="black", linestyle="dashed", linewidth=1,
+                label=f"save target {TARGET_SAVE_RSS}x")
+    ax2.set_ylabel("peak RSS / state size")
+    ax2.set_title("memory (1.0 = the state alone)", fontsize=10)
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

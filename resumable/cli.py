@@ -1,0 +1,322 @@
+"""``resumable``: list, inspect, verify and delete the runs in a store.
+
+Nothing here unpickles: objects are checked with the verified format alone, so the
+command is safe to point at a bucket whose writers you do not trust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from . import __version__, _format
+from ._errors import EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
+from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
+from ._runid import validate_run_id
+from .stores import Store, default_store_url, open_store
+
+PROG = "resumable"
+KEY_ENV = "RESUMABLE_SIGNING_KEY"
+EXIT_FAILURE = 1
+EXIT_NOT_FOUND = 66  # EX_NOINPUT: the run is not in the store
+
+
+class CliError(Exception):
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# -- reading objects ----------------------------------------------------------------
+
+
+def _kind_of(name: str) -> str:
+    """The record kind a name must hold; a checkpoint name holding a result is damage too."""
+    if parse_ckpt_name(name) is not None:
+        return "ckpt"
+    if name.startswith(EPOCH):
+        return "epoch"
+    return {RESULT: "result", RNG_START: "rng"}.get(name, "")
+
+
+@dataclass
+class ObjectInfo:
+    name: str
+    kind: str
+    bytes: int
+    step: int | None = None
+    epoch: int | None = None
+    created: str | None = None
+    serializer: str | None = None
+    signed: bool | None = None
+    verified: bool = False
+    signature_checked: bool = False
+    problem: str | None = None
+    tampered: bool = False
+
+
+def _inspect(store: Store, run_id: str, name: str, key: bytes | None) -> ObjectInfo:
+    data = store.get(f"{run_id}/{name}")
+    if data is None:  # deleted (retention of a live run) between the listing and now
+        return ObjectInfo(name, _kind_of(name) or "?", 0, problem="disappeared while reading")
+    info = ObjectInfo(name, _kind_of(name) or "?", memoryview(data).nbytes)
+    try:
+        header = _format.read_header(data)
+    except _format.InvalidObject as err:
+        info.problem = err.reason
+        return info
+    info.kind = header.kind
+    info.step, info.epoch = header.step, header.epoch
+    info.created = datetime.fromtimestamp(header.created, UTC).isoformat(timespec="seconds")
+    info.serializer, info.signed = header.serializer, header.signed
+    try:
+        _format.decode(data, key=key, kind=_kind_of(name) or None)
+    except _format.InvalidObject as err:
+        info.problem, info.tampered = err.reason, err.tampered
+        return info
+    info.verified = True
+    info.signature_checked = key is not None
+    return info
+
+
+def _name_step(name: str) -> int | None:
+    parsed = parse_ckpt_name(name)
+    return None if parsed is None else parsed[1]
+
+
+def _run_names(store: Store, run_id: str) -> list[str]:
+    prefix = f"{run_id}/"
+    return [k[len(prefix):] for k in store.list(prefix)]
+
+
+def _require_run(store: Store, run_id: str) -> list[str]:
+    validate_run_id(run_id, "RUN_ID")
+    names = _run_names(store, run_id)
+    if not names:
+        raise CliError(f"no run {run_id!r} in {store.url} (list the runs with "
+                       f"`resumable ls {store.url}`)", EXIT_NOT_FOUND)
+    return names
+
+
+def _signing_key(env_name: str) -> bytes | None:
+    value = os.environ.get(env_name)
+    return value.encode() if value else None
+
+
+def _age(created: str | None) -> str:
+    if created is None:
+        return "-"
+    seconds = max(0.0, time.time() - datetime.fromisoformat(created).timestamp())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in cells)
+
+
+# -- commands -----------------------------------------------------------------------
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    runs: dict[str, list[str]] = {}
+    # Runs are the first path component; loose objects at the top belong to no run.
+    for key in store.list(""):
+        run_id, sep, name = key.partition("/")
+        if sep and name:
+            runs.setdefault(run_id, []).append(name)
+    rows: list[dict[str, Any]] = []
+    for run_id, names in sorted(runs.items()):
+        ckpts = sorted(n for n in names if parse_ckpt_name(n) is not None)
+        newest = _inspect(store, run_id, ckpts[-1], None) if ckpts else None
+        rows.append({
+            "run_id": run_id,
+            "checkpoints": len(ckpts),
+            # From the name, so a damaged newest checkpoint still shows where the run got.
+            "newest_step": _name_step(ckpts[-1]) if ckpts else None,
+            "attempts": sum(1 for n in names if n.startswith(EPOCH)),
+            "complete": RESULT in names,
+            "newest_created": newest.created if newest else None,
+            "newest_bytes": newest.bytes if newest else None,
+            "newest_problem": newest.problem if newest else None,
+        })
+    if args.json:
+        print(json.dumps({"store": store.url, "runs": rows}, indent=2))
+        return 0
+    if not rows:
+        print(f"no runs in {store.url}", file=sys.stderr)
+        return 0
+    print(_table(
+        ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
+        [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else r["newest_step"],
+          r["attempts"], "yes" if r["complete"] else "no",
+          _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
+          "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
+    ))
+    print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's")
+    return 0
+
+
+def _verified_text(info: ObjectInfo) -> str:
+    if info.problem:
+        return f"NO: {info.problem}"
+    if info.signed and not info.signature_checked:
+        return f"checksum (set ${KEY_ENV} to check the signature)"
+    return "yes"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    names = _require_run(store, args.run_id)
+    key = _signing_key(args.signing_key_env)
+    infos = [_inspect(store, args.run_id, n, key) for n in names]
+    if args.json:
+        print(json.dumps({"store": store.url, "run_id": args.run_id,
+                          "objects": [asdict(i) for i in infos]}, indent=2))
+        return 0
+    print(f"run {args.run_id} in {store.url}")
+    print(_table(
+        ["OBJECT", "KIND", "STEP", "EPOCH", "CREATED (UTC)", "BYTES", "SERIALIZER", "SIGNED",
+         "VERIFIED"],
+        [[i.name, i.kind, i.step if i.step is not None and i.kind == "ckpt" else "-",
+          "-" if i.epoch is None else i.epoch,
+          (i.created or "-").replace("+00:00", ""), i.bytes, i.serializer or "-",
+          "-" if i.signed is None else ("yes" if i.signed else "no"), _verified_text(i)]
+         for i in infos],
+    ))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    names = _require_run(store, args.run_id)
+    key = _signing_key(args.signing_key_env)
+    infos = [_inspect(store, args.run_id, n, key) for n in names]
+    bad = [i for i in infos if i.problem]
+    ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
+    for info in infos:
+        print(f"{'FAIL' if info.problem else 'ok  '}  {info.name}"
+              + (f": {info.problem}" if info.problem else ""))
+    unchecked = [i for i in infos if i.signed and not i.signature_checked and not i.problem]
+    if unchecked:
+        print(f"note: {len(unchecked)} object(s) are signed but no key is set; only checksums "
+              f"were checked (set ${args.signing_key_env})", file=sys.stderr)
+    if bad:
+        tampered = any(i.tampered for i in bad)
+        print(f"{PROG}: error: {len(bad)} of {len(infos)} object(s) of run {args.run_id!r} in "
+              f"{store.url} fail verification: {', '.join(i.name for i in bad)}",
+              file=sys.stderr)
+        return EXIT_TAMPERED if tampered else EXIT_CORRUPT
+    print(f"run {args.run_id}: {len(infos)} object(s) verified, {len(ckpts)} checkpoint(s)")
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    names = _require_run(store, args.run_id)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError(f"refusing to delete run {args.run_id!r} without confirmation: "
+                           "stdin is not a terminal; pass --yes")
+        answer = input(f"delete {len(names)} object(s) of run {args.run_id!r} from "
+                       f"{store.url}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted", file=sys.stderr)
+            return EXIT_FAILURE
+    for name in names:
+        store.delete(f"{args.run_id}/{name}")
+    print(f"deleted {len(names)} object(s) of run {args.run_id} from {store.url}")
+    return 0
+
+
+# -- argument parsing ---------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse's usage block is noise for a one-line failure; keep the hint to --help.
+        self.exit(2, f"{PROG}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", nargs="?", metavar="STORE",
+                   help="a folder, file:///abs/path, s3://bucket/prefix or memory://name "
+                        "(default: $RESUMABLE_STORE, else ./.resumable)")
+
+
+def _key_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--signing-key-env", default=KEY_ENV, metavar="NAME",
+                   help="environment variable holding the HMAC key (default: %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+    commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
+        ("ls", "list the runs in a store, one row each", cmd_ls),
+        ("show", "list a run's objects with their headers (nothing is unpickled)", cmd_show),
+        ("verify", "check every object of a run (header, checksum, signature); "
+                   "exit non-zero if any fails", cmd_verify),
+        ("rm", "delete a run (its checkpoints, attempts and result)", cmd_rm),
+    ]
+    for name, help_text, func in commands:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        _store_arg(p)
+        if name != "ls":
+            p.add_argument("run_id", metavar="RUN_ID", help="the run (see `resumable ls`)")
+        if name in ("ls", "show"):
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name in ("show", "verify"):
+            _key_arg(p)
+        if name == "rm":
+            p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.store is None:
+        args.store = default_store_url()
+    try:
+        code: int = args.func(args)
+        return code
+    except (CliError, ResumableError) as err:
+        message, exit_code = str(err), err.exit_code
+    except KeyboardInterrupt:
+        message, exit_code = "interrupted", 130
+    except BrokenPipeError:  # `resumable ls | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
+    except Exception as err:  # the contract: one line, no traceback
+        message, exit_code = f"{type(err).__name__}: {err}", EXIT_FAILURE
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

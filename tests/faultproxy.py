@@ -1,0 +1,264 @@
+"""A fault-injecting HTTP proxy on loopback, between boto3 and a real S3 server.
+
+boto3 points its endpoint at the proxy; the proxy relays each request byte for byte
+to the upstream server (the Host header and everything SigV4 signs stay unchanged,
+so signatures still validate) and fails a fixed share of requests:
+
+- ``slowdown``: 503 SlowDown XML error, request never reaches the server
+- ``internal``: 500 InternalError XML error, request never reaches the server
+- ``drop``: connection closed without any response, request never reaches the server
+- ``drop_mid``: request reaches the server; the response is cut off half-way
+  (the ambiguous case: the server did the work but the client cannot know)
+- ``slow``: the request is forwarded after ``delay`` seconds
+
+``match=b"partNumber=2"`` limits faults to requests whose request line contains it.
+
+The schedule is deterministic per request number (seeded private RNG). One request
+per connection (``Connection: close``) keeps request framing trivial.
+
+    with FaultProxy(server.endpoint, rate=0.2, seed=1) as proxy:
+        ... boto3 with endpoint_url=proxy.endpoint ...
+        assert sum(proxy.faults.values()) > 0
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import random
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from urllib.parse import urlsplit
+
+KINDS = ("slowdown", "internal", "drop", "drop_mid", "slow")
+
+_ERROR_BODY = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+    "<Message>{message}</Message><RequestId>faultproxy</RequestId></Error>"
+)
+
+
+def _error_response(status: int, reason: str, code: str, message: str) -> bytes:
+    body = _ERROR_BODY.format(code=code, message=message).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _read_head(sock: socket.socket, buffer: bytearray) -> bytes | None:
+    """Read up to the end of an HTTP head; ``buffer`` keeps bytes read past it."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    end = buffer.index(b"\r\n\r\n") + 4
+    head = bytes(buffer[:end])
+    del buffer[:end]
+    return head
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    out = {}
+    for line in head.split(b"\r\n")[1:]:
+        if b":" in line:
+            name, value = line.split(b":", 1)
+            out[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    return out
+
+
+def _with_connection_close(head: bytes) -> bytes:
+    lines = [
+        line
+        for line in head[:-4].split(b"\r\n")
+        if not line.lower().startswith((b"connection:", b"keep-alive:"))
+    ]
+    return b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n"
+
+
+class FaultProxy:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        rate: float = 0.2,
+        kinds: Sequence[str] = KINDS,
+        seed: int = 0,
+        delay: float = 0.3,
+        port: int = 0,
+        match: bytes | None = None,
+    ) -> None:
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; use {KINDS}")
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.rate = rate
+        self.kinds = tuple(kinds)
+        self.delay = delay
+        self.match = match  # only requests whose request line contains this get faults
+        self.enabled = True
+        self.requests = 0
+        self.faults: collections.Counter[str] = collections.Counter()
+        self._rng = random.Random(seed)  # private: the tests check global random is untouched
+        self._lock = threading.Lock()
+        self._port = port
+        self._server: socketserver.ThreadingTCPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.endpoint = ""
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> FaultProxy:
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                proxy._handle(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+            request_queue_size = 128
+
+        self._server = Server(("127.0.0.1", self._port), Handler)
+        port = self._server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Relay without faults inside the block (set-up and inspection)."""
+        was, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = was
+
+    @property
+    def fault_count(self) -> int:
+        return sum(self.faults.values())
+
+    # -- per connection --------------------------------------------------------------
+
+    def _decide(self, request_line: bytes) -> str | None:
+        with self._lock:
+            self.requests += 1
+            # Draw both numbers every time so the schedule depends only on the request
+            # number, not on which earlier requests happened to be faulted.
+            roll, pick = self._rng.random(), self._rng.randrange(len(self.kinds))
+            matched = self.match is None or self.match in request_line
+            if not self.enabled or not matched or roll >= self.rate:
+                return None
+            kind = self.kinds[pick]
+            self.faults[kind] += 1
+            return kind
+
+    def _handle(self, client: socket.socket) -> None:
+        client.settimeout(60)
+        buffer = bytearray()
+        try:
+            head = _read_head(client, buffer)
+            if head is None:
+                return
+            fault = self._decide(head.split(b"\r\n", 1)[0])
+            if fault == "slowdown":
+                client.sendall(
+                    _error_response(
+                        503, "Slow Down", "SlowDown", "Please reduce your request rate."
+                    )
+                )
+                return
+            if fault == "internal":
+                client.sendall(
+                    _error_response(
+                        500, "Internal Server Error", "InternalError", "We encountered an error."
+                    )
+                )
+                return
+            if fault == "drop":
+                return
+            if fault == "slow":
+                time.sleep(self.delay)
+            self._relay(client, head, buffer, cut=fault == "drop_mid")
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+            client.close()
+
+    def _relay(self, client: socket.socket, head: bytes, early: bytearray, *, cut: bool) -> None:
+        length = int(_headers(head).get("content-length", "0") or 0)
+        with socket.create_connection(self.upstream, timeout=60) as upstream:
+            upstream.sendall(_with_connection_close(head))
+
+            def pump_body() -> None:
+                # Concurrent with the response pump: with `Expect: 100-continue` the
+                # client sends the body only after the server's interim response.
+                remaining = length
+                try:
+                    if early:
+                        upstream.sendall(early[:remaining])
+                        remaining -= min(len(early), remaining)
+                    while remaining > 0:
+                        chunk = client.recv(min(remaining, 1 << 20))
+                        if not chunk:
+                            break
+                        upstream.sendall(chunk)
+                        remaining -= len(chunk)
+                except OSError:
+                    pass
+
+            body_thread = threading.Thread(target=pump_body, daemon=True)
+            body_thread.start()
+            rest = bytearray()
+            while True:
+                response_head = _read_head(upstream, rest)
+                if response_head is None:
+                    return
+                status = response_head.split(b" ", 2)[1] if b" " in response_head else b""
+                if status == b"100":
+                    client.sendall(response_head)
+                    continue
+                break
+            response_length = int(_headers(response_head).get("content-length", "0") or 0)
+            if cut and response_length == 0:
+                return  # the server acted, the client hears nothing
+            client.sendall(_with_connection_close(response_head))
+            budget = response_length // 2 if cut else None
+            pending = bytes(rest)
+            while True:
+                if pending:
+                    if budget is not None:
+                        pending = pending[:budget]
+                        budget -= len(pending)
+                    client.sendall(pending)
+                    if budget is not None and budget <= 0:
+                        return
+                chunk = upstream.recv(1 << 20)
+                if not chunk:
+                    break
+                pending = chunk
+            body_thread.join(timeout=5)

@@ -1,0 +1,97 @@
+"""Every benchmark runs in --quick mode and writes well-formed results (never timings)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def run_quick(name: str, tmp_path: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=110, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, f"{name} --quick exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    assert "| " in proc.stdout, "no markdown table on stdout"
+    doc = json.loads((tmp_path / f"{name}.json").read_text())
+    assert doc["benchmark"] == name
+    assert doc["config"]["quick"] is True
+    assert {"python", "cpus"} <= set(doc["machine"])
+    assert doc["cases"]
+    if HAS_MPL:
+        png = tmp_path / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return doc
+
+
+def finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def test_success_rate_quick(tmp_path: Path) -> None:
+    doc = run_quick("success_rate", tmp_path)
+    cases = {c["case"]: c for c in doc["cases"]}
+    assert set(cases) == {"a", "b", "c"}
+    exact = {"a": 0.7429, "b": 0.9141, "c": 0.9996}
+    for name, c in cases.items():
+        assert c["trials"] == doc["config"]["trials"] > 0
+        assert 0 <= c["successes"] <= c["trials"]
+        lo, hi = c["ci95"]
+        assert 0 <= lo <= c["rate"] <= hi <= 1
+        assert round(c["exact"], 4) == exact[name]
+        assert finite(c["us_per_generation"])
+
+
+def test_resume_vs_restart_quick(tmp_path: Path) -> None:
+    doc = run_quick("resume_vs_restart", tmp_path)
+    cfg = doc["config"]
+    for c in doc["cases"]:
+        assert c["case"] in ("no_checkpoint", "checkpoint")
+        assert c["failure"] in ("kill", "term")
+        assert finite(c["wall_seconds_median"]) and finite(c["generations_median"])
+        if c["case"] == "no_checkpoint":
+            # start over: every failing pod's generations plus a full run
+            assert c["generations_median"] == sum(cfg["failures_after"]) + cfg["generations"]
+        else:
+            assert c["generations_median"] <= cfg["generations"] + len(cfg["failures_after"])
+            assert c["same_result_as_no_checkpoint"] is True
+            assert finite(c["wall_ratio_to_no_checkpoint"])
+
+
+@pytest.mark.s3
+def test_overhead_quick(tmp_path: Path) -> None:
+    doc = run_quick("overhead", tmp_path)
+    stores = {c["store"] for c in doc["cases"]}
+    assert stores == {"local", "moto", "rclone"}
+    for c in doc["cases"]:
+        assert c["mode"] in ("none", "snippet", "checkpointed")
+        assert finite(c["ms_per_generation"]) and finite(c["ratio"])
+        assert finite(c["peak_rss_mib"])
+
+
+@pytest.mark.s3
+def test_s3_throughput_quick(tmp_path: Path) -> None:
+    doc = run_quick("s3_throughput", tmp_path)
+    ops = {c["op"]: c for c in doc["cases"]}
+    assert set(ops) == {"framework_save", "raw_upload", "snippet_save", "framework_load",
+                        "raw_download", "snippet_load"}
+    for c in ops.values():
+        assert finite(c["mb_per_s"]) and finite(c["peak_over_state"])
+        assert c["verified"] is True
+    s = doc["summary"]
+    assert finite(s["save_ratio_to_raw"]) and finite(s["load_ratio_to_raw"])

@@ -1,0 +1,512 @@
+"""The decorator's contract: arguments, run identity, results, helpers, restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resumable import (
+    CheckpointCorruptError,
+    ConfigurationError,
+    SerializationError,
+    checkpointed,
+)
+from resumable._run import Run
+from resumable.stores import open_store
+from tests.toy import Crash, Faults, make_evolve, reference
+
+
+def names(store_url: str, run_id: str) -> list[str]:
+    return Run(open_store(store_url), run_id).checkpoint_names()
+
+
+# -- decoration time ---------------------------------------------------------------------
+
+
+def test_plain_function_is_rejected_naming_it() -> None:
+    """A non-generator function fails at decoration time with its name in the message."""
+    with pytest.raises(TypeError, match="not_a_generator"):
+
+        @checkpointed()
+        def not_a_generator(*, state: Any = None) -> int:
+            return 1
+
+
+def test_missing_state_parameter_is_rejected() -> None:
+    """A generator without the state keyword fails at decoration time."""
+    with pytest.raises(TypeError, match=r"no_state.*'state'"):
+
+        @checkpointed()
+        def no_state(n: int) -> Any:
+            yield n
+
+
+def test_custom_state_arg_name() -> None:
+    """state_arg names the parameter that receives the saved state."""
+
+    @checkpointed(state_arg="ckpt", store="memory://custom-state-arg")
+    def f(n: int, *, ckpt: Any = None) -> Any:
+        ckpt = ckpt or 0
+        while ckpt < n:
+            ckpt += 1
+            yield ckpt
+
+    assert f(3) == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"every": "sometimes"}, "every='sometimes'"),
+        ({"every": 0}, "positive"),
+        ({"every": -2.0}, "positive"),
+        ({"keep": 0}, "keep must be"),
+        ({"restarts": -1}, "restarts must be"),
+        ({"restart_on": "ValueError"}, "restart_on"),
+        ({"serializer": "yaml"}, "unknown serializer 'yaml'"),
+        ({"run_id": "../escape"}, "path separator"),
+        ({"store": "s3:/bucket"}, "malformed"),
+        ({"store": "ftp://host/x"}, "unknown scheme ftp"),
+        ({"signing_key": "short"}, "at least 16 bytes"),
+    ],
+)
+def test_bad_options_fail_at_decoration(options: dict[str, Any], fragment: str) -> None:
+    """Every bad option is a ConfigurationError (a ValueError) naming the bad value."""
+    with pytest.raises(ConfigurationError, match=fragment):
+        checkpointed(**options)
+
+
+@pytest.mark.parametrize(
+    "every", ["generation", 1, 5, "30s", "5m", "1.5h", 12.5, timedelta(minutes=2)]
+)
+def test_every_accepts_all_documented_forms(every: Any) -> None:
+    """generation, n, duration strings, float seconds and timedelta are all accepted."""
+    checkpointed(every=every)
+
+
+# -- running, results, helpers ----------------------------------------------------------
+
+
+def test_returns_the_generator_return_value(memory_url: str) -> None:
+    """An uninterrupted call returns what the body returns, same as without the library."""
+    random.seed(0)
+    np.random.seed(0)
+    evolve = make_evolve(Faults(), store=memory_url)
+    assert evolve(12) == reference(12)
+
+
+def test_none_return_gives_last_yielded_state(memory_url: str) -> None:
+    """A body that returns None gives its last yielded state."""
+
+    @checkpointed(store=memory_url)
+    def count(n: int, *, state: Any = None) -> Any:
+        state = state or {"i": 0}
+        while state["i"] < n:
+            state = {"i": state["i"] + 1}
+            yield state
+
+    assert count(4) == {"i": 4}
+
+
+def test_completed_run_returns_stored_result_without_running(memory_url: str) -> None:
+    """Calling a completed run again returns its result and never enters the body."""
+    faults = Faults()
+    evolve = make_evolve(faults, store=memory_url)
+    first = evolve(6)
+    entries = len(faults.entered)
+    assert evolve(6) == first
+    assert len(faults.entered) == entries
+    assert list(evolve.iter(6)) == []
+
+
+def test_iter_yields_new_states_and_resumes(memory_url: str) -> None:
+    """f.iter yields each new state; after a crash it yields only the remaining ones."""
+    faults = Faults(crash_at={4})
+    evolve = make_evolve(faults, store=memory_url)
+    seen = []
+    with pytest.raises(Crash):
+        for s in evolve.iter(6):
+            seen.append(s["generation"])
+    assert seen == [1, 2, 3]
+    assert [s["generation"] for s in evolve.iter(6)] == [4, 5, 6]
+
+
+def test_iter_stopped_early_keeps_what_it_saw(memory_url: str) -> None:
+    """A consumer that stops iterating early leaves its last state saved."""
+    evolve = make_evolve(Faults(), store=memory_url, every=100)
+    it = evolve.iter(10)
+    for s in it:
+        if s["generation"] == 3:
+            break
+    it.close()
+    latest = evolve.latest(10)
+    assert latest is not None and latest.step == 3
+
+
+def test_latest_and_reset(memory_url: str) -> None:
+    """latest() describes the newest checkpoint; reset() deletes everything of the run."""
+    evolve = make_evolve(Faults(crash_at={5}), store=memory_url)
+    assert evolve.latest(8) is None
+    with pytest.raises(Crash):
+        evolve(8)
+    cp = evolve.latest(8)
+    assert cp is not None
+    assert cp.step == 4 and cp.state["generation"] == 4
+    assert cp.created.tzinfo is not None
+    assert cp.key.startswith(evolve.run_id(8) + "/ckpt-")
+    evolve.reset(8)
+    assert evolve.latest(8) is None
+    assert open_store(memory_url).list(evolve.run_id(8) + "/") == []
+
+
+def test_snapshot_is_taken_at_the_yield(memory_url: str) -> None:
+    """The body may change the yielded object right after the yield; the save holds the yield."""
+
+    @checkpointed(store=memory_url, every=1000)
+    def mutate(n: int, *, state: Any = None) -> Any:
+        state = state if state is not None else {"i": 0, "arr": np.zeros(4)}
+        while state["i"] < n:
+            state["i"] += 1
+            state["arr"][:] = state["i"]
+            yield state
+            state["arr"][:] = -1  # after the yield: must not leak into the checkpoint
+            if state["i"] == 3:
+                raise Crash("after yield 3")
+
+    with pytest.raises(Crash):
+        mutate(5)
+    cp = mutate.latest(5)
+    assert cp is not None and cp.step == 3
+    assert cp.state["i"] == 3 and cp.state["arr"].tolist() == [3.0] * 4
+    cp.state["arr"][0] = 7.0  # arrays of a loaded checkpoint are writable
+
+
+# -- run identity -------------------------------------------------------------------------
+
+
+def test_equivalent_calls_share_a_run() -> None:
+    """f(10), f(10, 12) and f(10, pop_size=12) with default 12 map to one run id."""
+
+    @checkpointed()
+    def f(gens: int, pop_size: int = 12, *, state: Any = None) -> Any:
+        yield state
+
+    ids = {f.run_id(10), f.run_id(10, 12), f.run_id(10, pop_size=12), f.run_id(gens=10)}
+    assert len(ids) == 1
+    assert f.run_id(10, 13) not in ids
+    (rid,) = ids
+    assert rid.startswith(f"{__name__}.test_equivalent_calls_share_a_run.")
+    assert len(rid.rsplit("-", 1)[1]) == 12
+
+
+_HASH_SCRIPT = """
+import sys
+from resumable import checkpointed
+@checkpointed()
+def f(a, b=None, *, state=None):
+    yield state
+print(f.run_id({"x", "y", "z"}, {"k": (1.5, b"raw", None), "j": frozenset({3, 4})}))
+"""
+
+
+def test_run_id_is_identical_across_processes_and_hash_seeds(tmp_path: Path) -> None:
+    """The run id does not depend on Python's hash() randomisation."""
+    script = tmp_path / "runid_probe.py"
+    script.write_text(_HASH_SCRIPT)
+    outs = set()
+    for seed in ("0", "1", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                             text=True, check=True, cwd=tmp_path)
+        outs.add(out.stdout.strip())
+    assert len(outs) == 1, outs
+
+
+def test_env_run_id_and_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """$RESUMABLE_RUN_ID and $RESUMABLE_STORE apply when the arguments are not given."""
+    monkeypatch.setenv("RESUMABLE_RUN_ID", "job-7")
+    monkeypatch.setenv("RESUMABLE_STORE", str(tmp_path / "store"))
+    evolve = make_evolve(Faults())
+    assert evolve.run_id(3) == "job-7"
+    evolve(3)
+    assert (tmp_path / "store" / "job-7" / "result").is_file()
+
+
+def test_default_store_is_dot_resumable() -> None:
+    """Without store or $RESUMABLE_STORE, runs go to ./.resumable."""
+    evolve = make_evolve(Faults())
+    evolve(2)
+    assert (Path(".resumable") / evolve.run_id(2) / "result").is_file()
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "x/../y", "tab\there", "x" * 201, ".hidden"])
+def test_bad_env_run_id_is_rejected(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """Unsafe run ids from the environment are rejected with a clear error, not rewritten."""
+    monkeypatch.setenv("RESUMABLE_RUN_ID", bad)
+    evolve = make_evolve(Faults(), store="memory://bad-env")
+    with pytest.raises(ConfigurationError, match="RESUMABLE_RUN_ID"):
+        evolve(2)
+
+
+@pytest.mark.parametrize("bad", ["nul\x00", "a/b", "..", "x" * 201])
+def test_bad_run_id_argument_is_rejected(bad: str) -> None:
+    """run_id= is validated at decoration time."""
+    with pytest.raises(ConfigurationError, match="run_id"):
+        checkpointed(run_id=bad)
+
+
+def test_unhashable_argument_asks_for_run_id(memory_url: str) -> None:
+    """An argument with no stable value gives an error that says to pass run_id."""
+
+    @checkpointed(store=memory_url)
+    def f(obj: Any, *, state: Any = None) -> Any:
+        yield 1
+
+    with pytest.raises(ConfigurationError, match="run_id"):
+        f(object())
+
+
+# -- every, keep --------------------------------------------------------------------------
+
+
+def test_every_n_follows_the_global_step_across_a_resume(memory_url: str) -> None:
+    """every=3 saves only steps 3, 6, 9 (plus the last yielded state), across a resume.
+
+    Uploads coalesce (a waiting snapshot is replaced by a newer one), so the test checks
+    that nothing off the schedule is written, not that every scheduled step survives.
+    """
+    evolve = make_evolve(Faults(crash_at={5}), store=memory_url, every=3, keep=None)
+    with pytest.raises(Crash):
+        evolve(10)
+    steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(10))]
+    assert steps[-1] == 4  # the last yielded state, saved when the body raised
+    assert set(steps) <= {3, 4}
+    evolve(10)
+    steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(10))]
+    assert steps[-1] == 10
+    assert set(steps) <= {3, 4, 6, 9, 10}
+
+
+def test_duration_every_saves_only_at_the_end_when_long(memory_url: str) -> None:
+    """every='1h' on a short run saves just the final state."""
+    evolve = make_evolve(Faults(), store=memory_url, every="1h", keep=None)
+    evolve(5)
+    steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(5))]
+    assert steps == [5]
+
+
+@pytest.mark.parametrize(("keep", "expected"), [(1, 1), (2, 2), (None, 7)])
+def test_retention(memory_url: str, keep: int | None, expected: int) -> None:
+    """keep=N leaves the newest N checkpoints; None keeps all."""
+    evolve = make_evolve(Faults(), store=memory_url, keep=keep)
+    # the memory store is fast enough that every generation becomes durable only when
+    # the uploader never lags; flush it by crashing nothing and counting what remains
+    evolve(7)
+    kept = names(memory_url, evolve.run_id(7))
+    assert len(kept) <= expected
+    assert kept[-1].endswith("-000000000007")
+    if keep is not None:
+        assert len(kept) == min(keep, len(kept))
+
+
+# -- restarts -----------------------------------------------------------------------------
+
+
+def test_restarts_retry_a_failing_generation_in_process(memory_url: str) -> None:
+    """restarts=2 survives two failures of one generation and gives the reference result."""
+    random.seed(0)
+    np.random.seed(0)
+    faults = Faults(crash_at={4})
+    evolve = make_evolve(faults, store=memory_url, restarts=2)
+
+    # crash generation 4 twice: re-arm the crash on the first retry
+    original = faults.crash_at
+    rearm = [True]
+
+    class Rearming(set[int]):
+        def discard(self, g: int) -> None:
+            if rearm and rearm.pop():
+                return  # keep the crash armed once more
+            super().discard(g)
+
+    faults.crash_at = Rearming(original)
+    assert evolve(8) == reference(8)
+    assert faults.entered == [0, 3, 3]
+
+
+def test_restarts_exhausted_propagates(memory_url: str) -> None:
+    """With restarts=1 a generation that fails twice raises; state up to it is saved."""
+
+    @checkpointed(store=memory_url, restarts=1)
+    def always_fails(*, state: Any = None) -> Any:
+        attempts.append(state)
+        if state is None:
+            yield 1
+        raise Crash("generation 2 always fails")
+
+    attempts: list[Any] = []
+    with pytest.raises(Crash):
+        always_fails()
+    assert attempts == [None, 1]
+    cp = always_fails.latest()
+    assert cp is not None and cp.state == 1
+
+
+def test_restart_count_resets_after_a_completed_generation(memory_url: str) -> None:
+    """restarts counts per generation: one failure in each of many generations is fine."""
+    random.seed(0)
+    np.random.seed(0)
+    faults = Faults(crash_at={2, 4, 6, 8})
+    evolve = make_evolve(faults, store=memory_url, restarts=1)
+    assert evolve(9) == reference(9)
+    assert faults.entered == [0, 1, 3, 5, 7]
+
+
+def test_restart_on_filters_exception_types(memory_url: str) -> None:
+    """Exceptions outside restart_on propagate at once."""
+    faults = Faults(crash_at={2})
+    evolve = make_evolve(faults, store=memory_url, restarts=5, restart_on=KeyError)
+    with pytest.raises(Crash):
+        evolve(4)
+    assert faults.entered == [0]
+
+
+# -- serializers --------------------------------------------------------------------------
+
+
+def test_unpicklable_state_names_the_type_and_suggests_cloudpickle(memory_url: str) -> None:
+    """A lambda in the state: SerializationError names the path and suggests cloudpickle."""
+
+    @checkpointed(store=memory_url)
+    def f(*, state: Any = None) -> Any:
+        yield {"ok": 1, "fitness": lambda x: x * 2}
+
+    with pytest.raises(SerializationError) as info:
+        f()
+    message = str(info.value)
+    assert "['fitness']" in message and "function" in message
+    assert "serializer='cloudpickle'" in message
+
+
+def test_cloudpickle_handles_lambdas(memory_url: str) -> None:
+    """serializer='cloudpickle' round-trips a lambda in the state."""
+
+    @checkpointed(store=memory_url, serializer="cloudpickle")
+    def f(*, state: Any = None) -> Any:
+        if state is None:
+            state = {"i": 0, "fn": lambda x: x * 2}
+        while state["i"] < 2:
+            state["i"] += 1
+            yield state
+            if state["i"] == 1 and not state.get("crashed"):
+                raise Crash("once")
+
+    with pytest.raises(Crash):
+        f()
+    cp = f.latest()
+    assert cp is not None and cp.state["fn"](21) == 42
+    assert f()["i"] == 2
+
+
+def test_lock_in_state_does_not_suggest_cloudpickle(memory_url: str) -> None:
+    """Things no serializer can handle get advice to keep them out of the state."""
+    import threading
+
+    @checkpointed(store=memory_url)
+    def f(*, state: Any = None) -> Any:
+        yield {"lock": threading.Lock()}
+
+    with pytest.raises(SerializationError, match="keep it out of the state"):
+        f()
+
+
+class JsonSerializer:
+    name = "json"
+
+    def dumps(self, obj: Any) -> bytes:
+        return json.dumps(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+def test_custom_serializer_object(memory_url: str) -> None:
+    """An object with name, dumps and loads works as a serializer."""
+    faults = Faults()
+
+    @checkpointed(store=memory_url, serializer=JsonSerializer(), capture_rng=False)
+    def count(n: int, *, state: Any = None) -> Any:
+        faults.entered.append(0)
+        state = state or {"i": 0}
+        while state["i"] < n:
+            state["i"] += 1
+            yield state
+            if state["i"] == 2 and len(faults.entered) == 1:
+                raise Crash("once")
+
+    with pytest.raises(Crash):
+        count(3)
+    assert count(3) == {"i": 3}
+
+
+def test_serializer_name_mismatch_is_an_error(memory_url: str) -> None:
+    """Reading a checkpoint written by another serializer names both serializers."""
+    make_evolve(Faults(crash_at={3}), store=memory_url, run_id="mixed")
+    with pytest.raises(Crash):
+        make_evolve(Faults(crash_at={3}), store=memory_url, run_id="mixed")(5)
+    other = make_evolve(Faults(), store=memory_url, run_id="mixed", serializer="cloudpickle")
+    with pytest.raises(SerializationError, match="'pickle'.*'cloudpickle'"):
+        other(5)
+
+
+# -- RNG ----------------------------------------------------------------------------------
+
+
+def test_crash_before_first_yield_replays_the_same_randomness(memory_url: str) -> None:
+    """The RNG recorded at the fresh start makes a crash in generation 1 replay identically."""
+    random.seed(0)
+    np.random.seed(0)
+    expected = reference(5)
+    evolve = make_evolve(Faults(crash_at={1}), store=memory_url)
+    random.seed(0)
+    np.random.seed(0)
+    with pytest.raises(Crash):
+        evolve(5)
+    random.seed(99)  # a restarted process would not have the same RNG state
+    np.random.seed(99)
+    assert evolve(5) == expected
+
+
+def test_capture_rng_false_does_not_touch_rngs(memory_url: str) -> None:
+    """With capture_rng=False the global RNG state is left alone by resume."""
+    evolve = make_evolve(Faults(crash_at={3}), store=memory_url, capture_rng=False)
+    with pytest.raises(Crash):
+        evolve(5)
+    random.seed(5)
+    before = random.getstate()
+    make_evolve(Faults(), store=memory_url, capture_rng=False).latest(5)
+    assert random.getstate() == before
+
+
+def test_all_checkpoints_corrupt_refuses_fresh_start(memory_url: str) -> None:
+    """When nothing verifies, the call raises instead of silently starting over."""
+    faults = Faults(crash_at={3})
+    evolve = make_evolve(faults, store=memory_url)
+    with pytest.raises(Crash):
+        evolve(5)
+    store = open_store(memory_url)
+    for name in names(memory_url, evolve.run_id(5)):
+        store.put(f"{evolve.run_id(5)}/{name}", [b"garbage"])
+    entries = len(faults.entered)
+    with pytest.raises(CheckpointCorruptError, match=evolve.run_id(5)):
+        evolve(5)
+    assert len(faults.entered) == entries

@@ -1,0 +1,305 @@
+"""The S3 store against real servers (moto and `rclone serve s3`) over loopback HTTP."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from resumable._errors import ConfigurationError, StoreError
+from resumable._retry import is_transient
+from resumable.stores import open_store
+from resumable.stores._s3 import S3Store
+from tests.faultproxy import FaultProxy
+from tests.s3servers import S3Server
+
+pytestmark = pytest.mark.s3
+
+MiB = 1024 * 1024
+FAILS_FAST = 20.0  # generous bound: "fails within seconds instead of hanging"
+
+
+def _payload(sizes: list[int], seed: int) -> list[Any]:
+    rng = random.Random(seed)
+    out: list[Any] = []
+    for i, size in enumerate(sizes):
+        data = rng.randbytes(size)
+        # Mix buffer kinds the serializer hands over (bytes, bytearray, memoryviews).
+        out.append([data, bytearray(data), memoryview(data)][i % 3])
+    return out
+
+
+def _joined(payload: list[Any]) -> bytes:
+    return b"".join(bytes(memoryview(b).cast("B")) for b in payload)
+
+
+def test_put_get_list_delete(s3_store_url: str) -> None:
+    store = open_store(s3_store_url)
+    assert isinstance(store, S3Store)
+    assert store.get("run/missing") is None
+    assert store.list("run/") == []
+    store.put("run/ckpt-0001", [b"one"])
+    store.put("run/ckpt-0002", [b"tw", memoryview(b"o")])
+    store.put("run/result", [])
+    store.put("other/ckpt-0001", [b"x"])
+    assert bytes(store.get("run/ckpt-0002") or b"") == b"two"
+    assert store.get("run/result") == b""
+    assert store.list("run/") == ["run/ckpt-0001", "run/ckpt-0002", "run/result"]
+    assert store.list("run/ckpt-") == ["run/ckpt-0001", "run/ckpt-0002"]
+    assert store.list("run/", start_after="run/ckpt-0001") == ["run/ckpt-0002", "run/result"]
+    assert store.list("") == [
+        "other/ckpt-0001",
+        "run/ckpt-0001",
+        "run/ckpt-0002",
+        "run/result",
+    ]
+    store.put("run/ckpt-0001", [b"replaced"])
+    assert bytes(store.get("run/ckpt-0001") or b"") == b"replaced"
+    store.delete("run/ckpt-0001")
+    store.delete("run/ckpt-0001")  # idempotent
+    assert store.get("run/ckpt-0001") is None
+    assert store.list("run/ckpt-") == ["run/ckpt-0002"]
+
+
+def test_stores_with_other_prefixes_do_not_see_each_other(
+    s3_server: S3Server, s3_env: Callable[..., Any]
+) -> None:
+    s3_env(s3_server)
+    bucket = s3_server.make_bucket()
+    a, b = open_store(f"s3://{bucket}/a"), open_store(f"s3://{bucket}/ab")
+    a.put("k", [b"a"])
+    b.put("k", [b"b"])
+    assert a.list("") == ["k"] and b.list("") == ["k"]
+    assert bytes(a.get("k") or b"") == b"a"
+
+
+def test_put_if_absent_and_conditional_writes(s3_server: S3Server, s3_store_url: str) -> None:
+    store = open_store(s3_store_url)
+    enforced = store.conditional_writes()
+    # moto enforces If-None-Match; rclone serve s3 ignores it (checked by writing twice).
+    assert enforced is (s3_server.name == "moto")
+    assert store.conditional_writes() is enforced  # cached
+    assert store.put_if_absent("run/epoch-1", [b"first"]) is True
+    # Where the server ignores the header the store still refuses a key that exists.
+    assert store.put_if_absent("run/epoch-1", [b"second"]) is False
+    assert bytes(store.get("run/epoch-1") or b"") == b"first"
+    assert store.list("") == ["run/epoch-1"]  # the probe object was removed
+
+
+def test_multipart_put_if_absent(s3_server: S3Server, s3_store_url: str) -> None:
+    store = S3Store.from_url(s3_store_url + "?part_size=5242880&multipart_threshold=5242880")
+    payload = _payload([6 * MiB, 5 * MiB + 7], seed=3)
+    assert store.put_if_absent("run/big", payload) is True
+    assert store.put_if_absent("run/big", _payload([6 * MiB], seed=4)) is False
+    assert bytes(store.get("run/big") or b"") == _joined(payload)
+    if s3_server.name == "moto":
+        bucket = s3_store_url.split("/")[2]
+        assert not s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
+def test_multipart_roundtrip_64mib_bit_exact(s3_store_url: str) -> None:
+    numpy = pytest.importorskip("numpy")
+    array = numpy.random.default_rng(7).standard_normal(3 * MiB // 8 * 5)  # 15 MiB float64
+    # Several buffers of odd sizes so parts span buffer boundaries; one is a typed view.
+    payload = [*_payload([1234, 30 * MiB + 5, 3, 19 * MiB + 1], seed=5), memoryview(array)]
+    expected = _joined(payload)
+    assert len(expected) >= 64 * MiB
+    store = open_store(s3_store_url)
+    store.put("run/ckpt-big", payload)
+    got = store.get("run/ckpt-big")
+    assert got is not None
+    assert len(got) == len(expected)
+    assert bytes(got) == expected
+
+
+def test_operations_through_faulty_network(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "30")
+    url = s3_server.new_store_url()
+    proxy = fault_proxy(s3_server, rate=0.3, seed=11, delay=0.2)
+    s3_env(s3_server, endpoint=proxy.endpoint)
+    small, big = _payload([1000, 20], seed=1), _payload([7 * MiB, 4 * MiB + 3], seed=2)
+    random.seed(1234)
+    before = random.getstate()
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        store = S3Store.from_url(url + "?part_size=5242880&multipart_threshold=5242880")
+        for i in range(8):
+            store.put(f"run/ckpt-{i:04d}", small)
+        store.put("run/ckpt-big", big)
+        assert store.put_if_absent("run/epoch-1", [b"mine"]) is True
+        assert store.put_if_absent("run/epoch-1", [b"theirs"]) is False
+        assert bytes(store.get("run/ckpt-0003") or b"") == _joined(small)
+        assert bytes(store.get("run/ckpt-big") or b"") == _joined(big)
+        assert store.list("run/ckpt-", start_after="run/ckpt-0005") == [
+            "run/ckpt-0006",
+            "run/ckpt-0007",
+            "run/ckpt-big",
+        ]
+        for i in range(6):
+            store.delete(f"run/ckpt-{i:04d}")
+        assert store.list("run/ckpt-0") == ["run/ckpt-0006", "run/ckpt-0007"]
+    # Retries must not draw from the global RNG that capture_rng saves and restores.
+    assert random.getstate() == before
+    assert proxy.fault_count > 0, proxy.faults
+    assert proxy.requests > proxy.fault_count
+    retries = [r for r in caplog.records if r.getMessage().startswith("retrying ")]
+    assert retries, "each retry is logged"
+    assert url in retries[0].getMessage()
+
+
+def test_failed_multipart_upload_is_aborted(
+    moto_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "0.5")
+    url = moto_server.new_store_url()
+    bucket = url.split("/")[2]
+    # Part 2 always fails; everything else (including the abort) gets through.
+    proxy = fault_proxy(moto_server, rate=1.0, kinds=["internal"], match=b"partNumber=2")
+    s3_env(moto_server, endpoint=proxy.endpoint)
+    store = S3Store.from_url(url + "?part_size=5242880&multipart_threshold=5242880")
+    with pytest.raises(StoreError) as info:
+        store.put("run/ckpt-big", _payload([12 * MiB], seed=9))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "run/ckpt-big" in message and "aborted" in message and "InternalError" in message
+    assert proxy.faults["internal"] >= 1
+    client = moto_server.client()
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert store.get("run/ckpt-big") is None
+
+
+def _assert_fast_one_line_error(fn: Callable[[], object], *needles: str) -> str:
+    started = time.monotonic()
+    with pytest.raises(StoreError) as info:
+        fn()
+    assert time.monotonic() - started < FAILS_FAST
+    message = str(info.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def test_missing_bucket_fails_fast(s3_server: S3Server, s3_env: Callable[..., Any]) -> None:
+    s3_env(s3_server)
+    url = "s3://no-such-bucket-resumable/runs"
+    store = open_store(url)
+    message = _assert_fast_one_line_error(
+        lambda: store.put("run/ckpt-1", [b"x"]), url, "run/ckpt-1", "NoSuchBucket", "aws s3 mb"
+    )
+    assert "no-such-bucket-resumable" in message
+    _assert_fast_one_line_error(lambda: store.get("run/ckpt-1"), "NoSuchBucket")
+    _assert_fast_one_line_error(lambda: store.list("run/"), "NoSuchBucket")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "code"),
+    [
+        ("AWS_ACCESS_KEY_ID", "not-a-key", "InvalidAccessKeyId"),
+        ("AWS_SECRET_ACCESS_KEY", "wrong-secret", "SignatureDoesNotMatch"),
+    ],
+)
+def test_bad_credentials_fail_fast(
+    rclone_server: S3Server,
+    s3_env: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    code: str,
+) -> None:
+    # moto does not check signatures, so only rclone can reject credentials.
+    url = rclone_server.new_store_url()
+    s3_env(rclone_server)
+    monkeypatch.setenv(variable, value)
+    store = open_store(url)
+    bucket = url.split("/")[2]
+    _assert_fast_one_line_error(lambda: store.get("run/ckpt-1"), bucket, code, variable)
+
+
+def test_unreachable_endpoint_gives_up_after_deadline(
+    s3_env: Callable[..., Any], moto_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_env(moto_server, endpoint="http://127.0.0.1:9")  # discard port: connection refused
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "1")
+    store = open_store("s3://bucket/runs")
+    _assert_fast_one_line_error(
+        lambda: store.get("k"), "s3://bucket/runs", "RESUMABLE_RETRY_DEADLINE", "attempts"
+    )
+
+
+def test_url_options() -> None:
+    store = S3Store.from_url(
+        "s3://bucket/deep/prefix/?endpoint_url=http://127.0.0.1:1&addressing_style=path"
+        "&sse=aws:kms&sse_kms_key_id=k1&storage_class=STANDARD_IA&part_size=6291456"
+    )
+    assert store.bucket == "bucket" and store.root == "deep/prefix/"
+    assert store.part_size == 6 * MiB
+    assert store._extra == {
+        "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "k1",
+        "StorageClass": "STANDARD_IA",
+    }
+    for bad in (
+        "s3://bucket/p?colour=blue",
+        "s3://bucket/p?part_size=big",
+        "s3://bucket/p?part_size=1024",
+        "s3://bucket/p?sse=rot13",
+        "s3://bucket/p?addressing_style=sideways",
+    ):
+        with pytest.raises(ConfigurationError):
+            S3Store.from_url(bad)
+
+
+def test_error_classification() -> None:
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    def client_error(code: str, status: int) -> ClientError:
+        return ClientError(
+            {
+                "Error": {"Code": code, "Message": "m"},
+                "ResponseMetadata": {"HTTPStatusCode": status},
+            },
+            "PutObject",
+        )
+
+    for code, status in [("SlowDown", 503), ("InternalError", 500), ("RequestTimeout", 400)]:
+        assert is_transient(client_error(code, status))
+    assert is_transient(client_error("Whatever", 502))
+    assert is_transient(EndpointConnectionError(endpoint_url="http://x"))
+    assert is_transient(ConnectionResetError())
+    for code, status in [("AccessDenied", 403), ("NoSuchBucket", 404), ("InvalidArgument", 400)]:
+        assert not is_transient(client_error(code, status))
+
+
+def test_retry_deadline_env_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from resumable._retry import retrying
+
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "soon")
+    with pytest.raises(ConfigurationError, match="RESUMABLE_RETRY_DEADLINE"):
+        retrying("get", "s3://b/p", "k", lambda: None)
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "5")
+    assert retrying("get", "s3://b/p", "k", lambda: 42) == 42
+    assert os.environ["RESUMABLE_RETRY_DEADLINE"] == "5"
+
+
+def test_checksums_can_be_turned_off(s3_store_url: str) -> None:
+    store = S3Store.from_url(
+        s3_store_url + "?checksums=off&part_size=5242880&multipart_threshold=5242880"
+    )
+    assert store.checksums is False
+    payload = _payload([5 * MiB, 3], seed=12)
+    store.put("run/big", payload)
+    assert bytes(store.get("run/big") or b"") == _joined(payload)
