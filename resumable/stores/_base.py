@@ -37,8 +37,9 @@ class Store(Protocol):
     def put_if_absent(self, key: str, data: Payload) -> bool:
         """Create the object only if no object has the key; return False if one had.
 
-        Stores whose server ignores conditional writes behave like ``put`` and return
-        True; ``conditional_writes()`` tells which.
+        Where the server ignores conditional writes, a store checks for the key first
+        and then writes: two writers racing at the same moment may both succeed.
+        ``conditional_writes()`` tells which guarantee holds.
         """
 
     def get(self, key: str) -> bytes | bytearray | memoryview | None:
