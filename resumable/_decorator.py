@@ -146,7 +146,10 @@ class _Execution:
         self.bound = bound
         self.in_body = False
         self.terminate = False
-        self.uploader = Uploader(f"resumable-upload-{run.run_id}")
+        self.uploader = Uploader(
+            f"resumable-upload-{run.run_id}",
+            synchronous=os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0"),
+        )
         self.last_snap: Snapshot | None = None
         self.submitted_step = -1
         self.last_save = time.monotonic()

@@ -3,6 +3,8 @@
 Coalescing keeps the loop from ever waiting on slow storage: the loop pays only for
 its snapshot, and when storage is slower than the loop some intermediate states are
 skipped (the newest always wins). ``flush`` waits until everything handed in is durable.
+With ``synchronous=True`` ($RESUMABLE_SYNC=1) every save completes before the loop
+goes on: nothing is coalesced, at the price of the loop waiting for storage.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ Job = Callable[[], None]
 
 
 class Uploader:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, synchronous: bool = False) -> None:
         self._name = name
+        self._synchronous = synchronous
         self._cond = threading.Condition()
         self._waiting: Job | None = None
         self._busy = False
@@ -65,6 +68,8 @@ class Uploader:
             self._waiting = job
             self._ensure_thread()
             self._cond.notify_all()
+        if self._synchronous:
+            self.flush()
 
     def flush(self) -> None:
         """Wait until every submitted save is done; raise the first failure."""

@@ -1,0 +1,147 @@
+"""Crash anywhere, call again until done: the result is the uninterrupted one."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from resumable._errors import EXIT_SIGTERM
+from resumable._run import Run
+from resumable.stores import open_store
+from tests.toy import Crash, Faults, make_evolve, reference
+
+GENERATIONS = 12
+WORKER = Path(__file__).parent / "workers" / "core_worker.py"
+ROOT = Path(__file__).resolve().parents[1]
+_stores = iter(range(10**9))
+
+
+@given(
+    crash_at=st.sets(st.integers(1, GENERATIONS), max_size=6),
+    every=st.sampled_from(["generation", 1, 2, 3, 5, "1h", 0.0001]),
+    reseed=st.integers(0, 2**32 - 1),
+)
+def test_any_crash_points_resume_to_the_uninterrupted_result(
+    crash_at: set[int], every: Any, reseed: int
+) -> None:
+    """For any crash points and any `every`, retrying until done gives the reference result.
+
+    Each crash happens mid-generation after it drew random numbers; between attempts the
+    global RNGs are scrambled, as in a new process. The body is entered once per crash + 1.
+    """
+    expected = reference(GENERATIONS)
+    faults = Faults(crash_at=set(crash_at))
+    evolve = make_evolve(faults, store=f"memory://crash-{next(_stores)}", every=every)
+    random.seed(0)
+    np.random.seed(0)
+    crashes = 0
+    while True:
+        try:
+            result = evolve(GENERATIONS)
+            break
+        except Crash:
+            crashes += 1
+            random.seed(reseed + crashes)
+            np.random.seed((reseed + crashes) % 2**32)
+    assert crashes == len(crash_at)
+    assert result == expected
+    assert len(faults.entered) == crashes + 1
+
+
+@given(crash_at=st.sets(st.integers(1, GENERATIONS), max_size=5))
+def test_in_process_restarts_give_the_uninterrupted_result(crash_at: set[int]) -> None:
+    """With restarts=1 every single crash is absorbed in-process: one call, same result."""
+    expected = reference(GENERATIONS)
+    faults = Faults(crash_at=set(crash_at))
+    evolve = make_evolve(faults, store=f"memory://restart-{next(_stores)}", restarts=1)
+    random.seed(0)
+    np.random.seed(0)
+    assert evolve(GENERATIONS) == expected
+    assert len(faults.entered) == len(crash_at) + 1
+
+
+def start_worker(store: str, generations: int, pause: float, every: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), store, str(generations), str(pause), every],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def finish(store: str, generations: int, every: str = "generation") -> str:
+    proc = start_worker(store, generations, 0.0, every)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("RESULT"))
+
+
+def test_sigkill_at_random_moments_resumes_to_the_reference(tmp_path: Path) -> None:
+    """A worker SIGKILLed at random moments (>= 10 times) and restarted ends as the reference."""
+    generations = 150
+    expected = finish(str(tmp_path / "reference"), generations)
+    store = str(tmp_path / "killed")
+    schedule = random.Random(7)
+    kills = 0
+    progress = []
+    while kills < 12:
+        proc = start_worker(store, generations, 0.02, "generation")
+        time.sleep(schedule.uniform(0.3, 0.8))  # includes interpreter start-up
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        kills += 1
+        latest = Run(open_store(store), "worker").load_latest(with_state=False)
+        progress.append(0 if latest is None else latest.step)
+    assert kills >= 10
+    assert progress[-1] > 0 and progress == sorted(progress), progress
+    assert finish(store, generations) == expected
+
+
+def test_sigterm_between_saves_leaves_the_last_yielded_state_durable(tmp_path: Path) -> None:
+    """every=1000 never saves on schedule; SIGTERM still makes the last yielded state durable."""
+    store = str(tmp_path / "store")
+    proc = start_worker(store, 1000, 0.02, "1000")
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:
+        if line.startswith("done"):
+            seen = int(line.split()[1])
+            if seen >= 5:
+                break
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    proc.wait(timeout=20)
+    assert proc.returncode == EXIT_SIGTERM
+    assert time.monotonic() - started < 20  # prompt, as a pod's grace period needs
+    latest = Run(open_store(store), "worker").load_latest()
+    assert latest is not None
+    assert latest.step >= seen
+    assert latest.state["generation"] == latest.step
+
+
+def test_sigterm_resume_matches_reference(tmp_path: Path) -> None:
+    """A run stopped by SIGTERM and restarted gives the uninterrupted result."""
+    generations = 30
+    expected = finish(str(tmp_path / "reference"), generations)
+    store = str(tmp_path / "store")
+    proc = start_worker(store, generations, 0.02, "7")
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("done 9"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == EXIT_SIGTERM
+    assert finish(store, generations, "7") == expected

@@ -1,0 +1,246 @@
+"""The verified format, and what the reader does with damaged, foreign or tampered objects."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from resumable import CheckpointCorruptError, CheckpointTamperedError, checkpointed
+from resumable._format import InvalidObject, decode, encode
+from resumable._run import Run
+from resumable.stores import open_store
+from tests.toy import Crash, Faults, make_evolve
+
+KEY = b"k" * 32
+
+
+def sample(key: bytes | None = None) -> bytes:
+    frames = [b"rng", pickle.dumps({"a": list(range(20))}), bytes(range(256))]
+    parts = encode(frames, kind="ckpt", serializer="pickle", step=7, epoch=2,
+                   created=1_700_000_000.0, key=key)
+    return b"".join(bytes(p) for p in parts)
+
+
+def test_round_trip() -> None:
+    """decode gives back the frames and header fields that encode wrote."""
+    data = sample()
+    d = decode(data, kind="ckpt")
+    assert d.header.step == 7 and d.header.epoch == 2 and d.header.serializer == "pickle"
+    assert [bytes(f) for f in d.frames][2] == bytes(range(256))
+
+
+# The reader must never unpickle: decode only returns views, so "never unpickled" is
+# checked by asserting that every damaged input fails *inside decode*.
+
+
+@given(st.binary(max_size=4096))
+def test_random_bytes_are_rejected(data: bytes) -> None:
+    """Arbitrary bytes always fail verification with InvalidObject, nothing else."""
+    with pytest.raises(InvalidObject):
+        decode(data)
+
+
+@given(st.data())
+def test_any_bit_flip_is_detected(data: st.DataObject) -> None:
+    """Flipping any single bit of an unsigned object is detected."""
+    blob = bytearray(sample())
+    bit = data.draw(st.integers(0, len(blob) * 8 - 1))
+    blob[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(InvalidObject):
+        decode(blob)
+
+
+@given(st.data())
+def test_any_bit_flip_of_signed_object_is_detected_with_key(data: st.DataObject) -> None:
+    """With a key, any single flipped bit of a signed object is detected."""
+    blob = bytearray(sample(KEY))
+    bit = data.draw(st.integers(0, len(blob) * 8 - 1))
+    blob[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(InvalidObject):
+        decode(blob, key=KEY)
+
+
+@given(st.data())
+def test_any_truncation_or_extension_is_detected(data: st.DataObject) -> None:
+    """Cutting the object anywhere, or appending bytes, is detected."""
+    blob = sample()
+    cut = data.draw(st.integers(0, len(blob) - 1))
+    with pytest.raises(InvalidObject):
+        decode(blob[:cut])
+    extra = data.draw(st.binary(min_size=1, max_size=64))
+    with pytest.raises(InvalidObject):
+        decode(blob + extra)
+
+
+def test_signatures() -> None:
+    """Unsigned with a key, wrong key, and altered-and-rehashed objects are tampered."""
+    with pytest.raises(InvalidObject) as missing:
+        decode(sample(), key=KEY)
+    assert missing.value.tampered
+    with pytest.raises(InvalidObject) as wrong:
+        decode(sample(b"x" * 32), key=KEY)
+    assert wrong.value.tampered
+    decode(sample(KEY))  # without a key, a signed object still verifies by checksum
+    # an attacker who rewrites the payload and recomputes the digest still lacks the key
+    forged = encode([b"rng", pickle.dumps("evil"), b""], kind="ckpt", serializer="pickle",
+                    step=7, epoch=2, created=1.0, key=b"attacker-key-123456")
+    with pytest.raises(InvalidObject) as forged_info:
+        decode(b"".join(bytes(p) for p in forged), key=KEY)
+    assert forged_info.value.tampered
+
+
+def test_kind_is_checked() -> None:
+    """A checkpoint renamed to 'result' is not accepted as a result."""
+    with pytest.raises(InvalidObject, match="'ckpt'"):
+        decode(sample(), kind="result")
+
+
+# -- damaged checkpoints in a store ---------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _every_save_completes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests need every generation's checkpoint on disk, so no save is coalesced."""
+    monkeypatch.setenv("RESUMABLE_SYNC", "1")
+
+
+def crashed_run(tmp_path: Path, **options: Any) -> tuple[Any, Path, list[Path]]:
+    """A run on a local store that crashed in generation 5, with every generation kept."""
+    evolve = make_evolve(Faults(crash_at={5}), store=str(tmp_path), keep=None, **options)
+    with pytest.raises(Crash):
+        evolve(8)
+    folder = tmp_path / evolve.run_id(8)
+    ckpts = sorted(folder.glob("ckpt-*"))
+    assert ckpts, "the crashed run left checkpoints"
+    return evolve, folder, ckpts
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        flip_byte,
+        lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+        lambda p: p.write_bytes(b""),
+    ],
+    ids=["flipped-byte", "truncated", "empty"],
+)
+def test_damaged_newest_falls_back_to_older(
+    tmp_path: Path, damage: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged newest checkpoint is skipped with an error log; the run resumes from older."""
+    evolve, _, ckpts = crashed_run(tmp_path)
+    newest_step = int(ckpts[-1].name.rsplit("-", 1)[1])
+    damage(ckpts[-1])
+    with caplog.at_level(logging.ERROR, logger="resumable"):
+        latest = evolve.latest(8)
+    assert latest is not None and latest.step == newest_step - 1
+    assert any(ckpts[-1].name in r.getMessage() and r.levelno == logging.ERROR
+               for r in caplog.records)
+
+
+class _Bomb:
+    """Unpickling this creates a marker file: proof that something was unpickled."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (Path(self.marker).touch, ())
+
+
+def test_foreign_pickle_named_like_newest_is_never_unpickled(tmp_path: Path) -> None:
+    """A raw pickle planted as the newest checkpoint is skipped without being unpickled."""
+    evolve, folder, ckpts = crashed_run(tmp_path / "store")
+    marker = tmp_path / "unpickled"
+    planted = folder / "ckpt-99999999-999999999999"
+    planted.write_bytes(pickle.dumps(_Bomb(str(marker))))
+    latest = evolve.latest(8)
+    assert latest is not None and latest.key.endswith(ckpts[-1].name)
+    assert not marker.exists()
+
+
+def test_leftover_temp_files_are_ignored(tmp_path: Path) -> None:
+    """Temp files of an interrupted write are invisible to readers and listings."""
+    evolve, folder, ckpts = crashed_run(tmp_path)
+    (folder / f".tmp-{ckpts[-1].name}-deadbeef").write_bytes(b"partial")
+    (folder / ".tmp-ckpt-99999999-999999999999-x").write_bytes(b"partial")
+    assert evolve.latest(8).key.endswith(ckpts[-1].name)
+    assert evolve(8) is not None
+
+
+def test_all_corrupt_raises_and_never_starts_over(tmp_path: Path) -> None:
+    """With every checkpoint damaged the call raises CheckpointCorruptError naming the run."""
+    evolve, _, ckpts = crashed_run(tmp_path)
+    for p in ckpts:
+        flip_byte(p)
+    with pytest.raises(CheckpointCorruptError) as info:
+        evolve(8)
+    assert not isinstance(info.value, CheckpointTamperedError)
+    assert evolve.run_id(8) in str(info.value) and "resumable verify" in str(info.value)
+
+
+def test_signed_run_rejects_unsigned_and_wrongly_signed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a signing key, unsigned or foreign-key checkpoints are tampered, never loaded."""
+    evolve, folder, ckpts = crashed_run(tmp_path)  # written without a key
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "correct horse battery staple")
+    with pytest.raises(CheckpointTamperedError, match="signature missing"):
+        evolve(8)
+    # a run signed with another key
+    crashed_run(tmp_path / "other", signing_key="another key of 16+ bytes")
+    reader = make_evolve(Faults(), store=str(tmp_path / "other"), keep=None,
+                         signing_key="correct horse battery staple")
+    with pytest.raises(CheckpointTamperedError, match="signature wrong"):
+        reader(8)
+
+
+def test_signed_run_resumes_with_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key from $RESUMABLE_SIGNING_KEY signs and verifies; a resume works."""
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "correct horse battery staple")
+    evolve, _, ckpts = crashed_run(tmp_path)
+    assert decode(ckpts[-1].read_bytes(), key=b"correct horse battery staple").header.signed
+    assert isinstance(evolve(8), float)
+
+
+def test_full_disk_keeps_previous_checkpoints(tmp_path: Path) -> None:
+    """A write that fails for lack of space leaves the existing checkpoints readable."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.system(f"mount -t tmpfs -o size=256k tmpfs {mount} 2>/dev/null") != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        big = bytearray(100 * 1024)
+
+        @checkpointed(store=str(mount), keep=None, run_id="disk")
+        def grow(*, state: Any = None) -> Any:
+            state = state or {"blobs": []}
+            while True:
+                state["blobs"].append(bytes(big))
+                yield state
+
+        from resumable import StoreError
+
+        with pytest.raises(StoreError, match="disk is full"):
+            grow()
+        run = Run(open_store(str(mount)), "disk")
+        latest = run.load_latest()
+        assert latest is not None and latest.step >= 1
+        assert not list((mount / "disk").glob(".tmp-*"))
+    finally:
+        time.sleep(0.05)
+        os.system(f"umount {mount}")
