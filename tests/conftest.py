@@ -23,7 +23,9 @@ _counter = itertools.count()
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """No test sees the developer's RESUMABLE_* settings or writes to ./.resumable."""
     for name in ("RESUMABLE_STORE", "RESUMABLE_RUN_ID", "RESUMABLE_SIGNING_KEY"):
         monkeypatch.delenv(name, raising=False)

@@ -464,7 +464,7 @@ def test_serializer_name_mismatch_is_an_error(memory_url: str) -> None:
     with pytest.raises(Crash):
         make_evolve(Faults(crash_at={3}), store=memory_url, run_id="mixed")(5)
     other = make_evolve(Faults(), store=memory_url, run_id="mixed", serializer="cloudpickle")
-    with pytest.raises(SerializationError, match="'pickle'.*'cloudpickle'"):
+    with pytest.raises(SerializationError, match=r"'pickle'.*'cloudpickle'"):
         other(5)
 
 

@@ -197,7 +197,7 @@ def test_signed_run_rejects_unsigned_and_wrongly_signed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With a signing key, unsigned or foreign-key checkpoints are tampered, never loaded."""
-    evolve, folder, ckpts = crashed_run(tmp_path)  # written without a key
+    evolve, _, _ = crashed_run(tmp_path)  # written without a key
     monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "correct horse battery staple")
     with pytest.raises(CheckpointTamperedError, match="signature missing"):
         evolve(8)
