@@ -19,7 +19,7 @@ from . import _rng
 from ._errors import ConfigurationError, ResumableError
 from ._policy import KeepLast, SavePolicy, parse_every
 from ._progress import Progress
-from ._run import Checkpoint, Run, Snapshot
+from ._run import BufferPool, Checkpoint, Run, Snapshot
 from ._runid import resolve_run_id, validate_run_id
 from ._uploader import Uploader
 from .serializers import Serializer, get_serializer
@@ -151,6 +151,7 @@ class _Execution:
             synchronous=os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0"),
         )
         self.last_snap: Snapshot | None = None
+        self.pool = BufferPool()
         self.submitted_step = -1
         self.last_save = time.monotonic()
 
@@ -173,10 +174,14 @@ class _Execution:
 
     def _save(self, snap: Snapshot, progress: Progress) -> None:
         def job() -> None:
-            self.run.write_checkpoint(snap)
-            progress.saved()
+            try:
+                self.run.write_checkpoint(snap)
+                progress.saved()
+            finally:
+                snap.release()
 
-        self.uploader.submit(job)
+        snap.hold()
+        self.uploader.submit(job, on_drop=snap.release)
         self.submitted_step = snap.step
         self.last_save = time.monotonic()
 
@@ -304,7 +309,10 @@ class _Execution:
                 step += 1
                 failures = 0
                 rng = _rng.capture() if self.opts.capture_rng else None
-                self.last_snap = run.snapshot(yielded, step, rng)
+                snap = run.snapshot(yielded, step, rng, self.pool)
+                if self.last_snap is not None:
+                    self.last_snap.release()
+                self.last_snap = snap
                 last_state = yielded
                 if self.opts.every.due(step, time.monotonic() - self.last_save):
                     self._save(self.last_snap, progress)
@@ -317,6 +325,9 @@ class _Execution:
             gen.close()
             progress.close()
             self.uploader.close()
+            if self.last_snap is not None:
+                self.last_snap.release()
+            self.pool.clear()
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
 

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,13 +68,60 @@ class Checkpoint:
     rng: _rng.RngState | None = field(default=None, repr=False)
 
 
-@dataclass
+@dataclass(eq=False)
 class Snapshot:
-    """A state serialized at its yield: what a save writes, and what a restart reloads."""
+    """A state serialized at its yield: what a save writes, and what a restart reloads.
+
+    Its large frames may come from a ``BufferPool``; each holder (the loop, an upload)
+    calls ``release`` when done, and the last one hands the buffers back.
+    """
 
     step: int
     frames: list[Buffer]  # [rng pickle, state frames...]
     created: float
+    pool: BufferPool | None = None
+    holders: int = 1
+
+    def hold(self) -> None:
+        with _pool_lock:
+            self.holders += 1
+
+    def release(self) -> None:
+        with _pool_lock:
+            self.holders -= 1
+            if self.holders or self.pool is None:
+                return
+        self.pool.give_back(self.frames)
+
+
+_pool_lock = threading.Lock()
+
+
+class BufferPool:
+    """Reuses snapshot buffers of equal size between generations (same shapes each time)."""
+
+    def __init__(self, limit: int = 3) -> None:
+        self._free: dict[int, list[bytearray]] = {}
+        self._limit = limit
+
+    def take(self, n: int) -> bytearray:
+        with _pool_lock:
+            free = self._free.get(n)
+            if free:
+                return free.pop()
+        return bytearray(n)
+
+    def give_back(self, frames: list[Buffer]) -> None:
+        with _pool_lock:
+            for f in frames:
+                if isinstance(f, bytearray) and len(f) >= 1 << 16:
+                    free = self._free.setdefault(len(f), [])
+                    if len(free) < self._limit:
+                        free.append(f)
+
+    def clear(self) -> None:
+        with _pool_lock:
+            self._free.clear()
 
 
 def _pickle_rng(state: _rng.RngState | None) -> bytes:
@@ -277,12 +325,17 @@ class Run:
                 "writing. Another pod is running the same run: check the Job's pods"
             )
 
-    def snapshot(self, state: Any, step: int, rng: _rng.RngState | None) -> Snapshot:
-        frames = dumps_frames(self.serializer, state, f"the state yielded at step {step}")
-        return Snapshot(step=step, frames=[_pickle_rng(rng), *frames], created=time.time())
+    def snapshot(
+        self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None
+    ) -> Snapshot:
+        frames = dumps_frames(self.serializer, state, f"the state yielded at step {step}",
+                              None if pool is None else pool.take)
+        return Snapshot(step=step, frames=[_pickle_rng(rng), *frames], created=time.time(),
+                        pool=pool)
 
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
-        views = [memoryview(f).cast("B") for f in snap.frames]
+        # Private copies: the snapshot's buffers go back to the pool and get overwritten.
+        views = [memoryview(bytearray(f)) for f in snap.frames]
         return loads_frames(self.serializer, views[1:]), _rng_loads(views[0])
 
     def write_checkpoint(self, snap: Snapshot) -> str:

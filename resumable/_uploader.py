@@ -24,6 +24,7 @@ class Uploader:
         self._synchronous = synchronous
         self._cond = threading.Condition()
         self._waiting: Job | None = None
+        self._on_drop: Job | None = None
         self._busy = False
         self._error: BaseException | None = None
         self._closed = False
@@ -42,7 +43,7 @@ class Uploader:
                     self._cond.wait()
                 if self._waiting is None:
                     return
-                job, self._waiting, self._busy = self._waiting, None, True
+                job, self._waiting, self._on_drop, self._busy = self._waiting, None, None, True
             try:
                 job()
             except BaseException as err:  # handed to the loop at its next submit or flush
@@ -59,15 +60,22 @@ class Uploader:
             err, self._error = self._error, None
             raise err
 
-    def submit(self, job: Job) -> None:
-        """Hand a save to the background; raises an earlier save's failure instead."""
+    def submit(self, job: Job, on_drop: Job | None = None) -> None:
+        """Hand a save to the background; raises an earlier save's failure instead.
+
+        ``on_drop`` runs if a newer submission replaces this one before it started.
+        """
+        dropped = None
         with self._cond:
             self._raise_pending()
             if self._waiting is not None:
                 self.skipped += 1
-            self._waiting = job
+                dropped = self._on_drop
+            self._waiting, self._on_drop = job, on_drop
             self._ensure_thread()
             self._cond.notify_all()
+        if dropped is not None:
+            dropped()
         if self._synchronous:
             self.flush()
 

@@ -16,6 +16,10 @@ from typing import Any, Protocol, runtime_checkable
 from .._errors import ConfigurationError, SerializationError
 from ..stores._base import Buffer
 
+# Gives a writable buffer of exactly n bytes; lets the snapshot reuse memory that is
+# already mapped (a fresh large allocation costs page faults, several times the copy).
+Alloc = Callable[[int], bytearray]
+
 
 @runtime_checkable
 class Serializer(Protocol):
@@ -40,11 +44,20 @@ class PickleSerializer:
     def loads(self, data: bytes) -> Any:
         return pickle.loads(data)
 
-    def dumps_frames(self, obj: Any) -> list[Buffer]:
+    def dumps_frames(self, obj: Any, alloc: Alloc | None = None) -> list[Buffer]:
         buffers: list[pickle.PickleBuffer] = []
         main = self._pickler()(obj, protocol=5, buffer_callback=buffers.append)
         # The copy is the snapshot: after it the body may change the arrays in place.
-        return [main, *(bytes(b.raw()) for b in buffers)]
+        frames: list[Buffer] = [main]
+        for b in buffers:
+            raw = b.raw()
+            if alloc is None:
+                frames.append(bytes(raw))
+            else:
+                dst = alloc(raw.nbytes)
+                memoryview(dst)[:] = raw
+                frames.append(dst)
+        return frames
 
     def loads_frames(self, frames: Sequence[memoryview]) -> Any:
         # numpy arrays built on read-only buffers would be read-only for the body.
@@ -101,11 +114,13 @@ def get_serializer(spec: str | Serializer) -> Serializer:
     return spec
 
 
-def dumps_frames(serializer: Serializer, obj: Any, what: str) -> list[Buffer]:
+def dumps_frames(
+    serializer: Serializer, obj: Any, what: str, alloc: Alloc | None = None
+) -> list[Buffer]:
     """Serialize ``obj``; failures become SerializationError naming the offending part."""
     try:
         if isinstance(serializer, PickleSerializer):
-            return serializer.dumps_frames(obj)
+            return serializer.dumps_frames(obj, alloc)
         return [serializer.dumps(obj)]
     except SerializationError:
         raise
