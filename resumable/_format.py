@@ -9,13 +9,15 @@ Layout (little endian)::
 
     fixed   magic(8) version(u16) flags(u16) header_len(u32) step(u64) epoch(u64)
             created(f64) payload_len(u64) digest(32) mac(32)
-    names   serializer_len(u8) serializer kind_len(u8) kind
+    names   serializer_len(u8) serializer kind_len(u8) kind name_len(u8) name
     frames  count(u32) length(u64) * count
     payload the frames, back to back
 
 ``digest`` is SHA-256 over the header (digest and mac zeroed) and the payload;
 ``mac`` is HMAC-SHA256 over the header with only the mac zeroed, which covers the
-payload through the digest.
+payload through the digest. ``name`` is the object's key (``<run_id>/ckpt-...``): a
+reader that expects another key rejects the object, so a signed checkpoint cannot be
+copied into another run or replayed under a newer name.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Header:
     created: float
     serializer: str
     kind: str
+    name: str
     frame_lengths: tuple[int, ...]
     header_len: int
     payload_len: int
@@ -80,13 +83,14 @@ def encode(
     step: int = 0,
     epoch: int = 0,
     created: float,
+    name: str = "",
     key: bytes | None = None,
 ) -> list[Buffer]:
     """Header plus the frames as one zero-copy payload (a list of buffers)."""
     views = [memoryview(f).cast("B") for f in frames]
-    name_b, kind_b = serializer.encode(), kind.encode()
-    if len(name_b) > 255 or len(kind_b) > 255:
-        raise ValueError("serializer and kind names must be at most 255 bytes")
+    name_b, kind_b, obj_b = serializer.encode(), kind.encode(), name.encode()
+    if max(len(name_b), len(kind_b), len(obj_b)) > 255:
+        raise ValueError("serializer, kind and object names must be at most 255 bytes")
     lengths = [v.nbytes for v in views]
     payload_len = sum(lengths)
     tail = (
@@ -94,6 +98,8 @@ def encode(
         + name_b
         + bytes([len(kind_b)])
         + kind_b
+        + bytes([len(obj_b)])
+        + obj_b
         + struct.pack(f"<I{len(lengths)}Q", len(lengths), *lengths)
     )
     header_len = _FIXED.size + len(tail)
@@ -128,7 +134,7 @@ def read_header(data: Buffer) -> Header:
         raise InvalidObject(f"unsupported format version {version} (this library reads {VERSION})")
     if flags & ~FLAG_SIGNED:
         raise InvalidObject(f"unknown flags {flags:#x}")
-    if not _FIXED.size + 6 <= header_len <= min(n, MAX_HEADER):
+    if not _FIXED.size + 7 <= header_len <= min(n, MAX_HEADER):
         raise InvalidObject(f"header length {header_len} out of range for a {n}-byte object")
     if payload_len != n - header_len:
         raise InvalidObject(
@@ -143,6 +149,9 @@ def read_header(data: Buffer) -> Header:
         kind_len = view[pos]
         kind = bytes(view[pos + 1 : pos + 1 + kind_len]).decode()
         pos += 1 + kind_len
+        obj_len = view[pos]
+        obj_name = bytes(view[pos + 1 : pos + 1 + obj_len]).decode()
+        pos += 1 + obj_len
         (count,) = struct.unpack_from("<I", view, pos)
         pos += 4
         if count > MAX_FRAMES or pos + 8 * count != header_len:
@@ -160,13 +169,16 @@ def read_header(data: Buffer) -> Header:
         created=created,
         serializer=serializer,
         kind=kind,
+        name=obj_name,
         frame_lengths=tuple(lengths),
         header_len=header_len,
         payload_len=payload_len,
     )
 
 
-def decode(data: Buffer, *, key: bytes | None = None, kind: str | None = None) -> Decoded:
+def decode(
+    data: Buffer, *, key: bytes | None = None, kind: str | None = None, name: str | None = None
+) -> Decoded:
     """Verify ``data`` completely, then return its header and frames (views into ``data``)."""
     header = read_header(data)
     view = memoryview(data).cast("B")
@@ -190,6 +202,11 @@ def decode(data: Buffer, *, key: bytes | None = None, kind: str | None = None) -
             )
     if kind is not None and header.kind != kind:
         raise InvalidObject(f"holds a {header.kind!r} record where a {kind!r} was expected")
+    if name is not None and header.name != name:
+        raise InvalidObject(
+            f"was written as {header.name!r}, not {name!r}: copied or renamed",
+            tampered=header.signed,
+        )
     frames = []
     pos = header.header_len
     for length in header.frame_lengths:

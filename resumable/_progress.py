@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import Any
@@ -15,9 +16,11 @@ class Progress:
             return
         from tqdm import tqdm
 
+        # Some terminals (e.g. `script` without a size) report 0 columns: use 80 there.
+        sized = shutil.get_terminal_size((0, 0)).columns > 0
         self._bar = tqdm(
             total=total, initial=initial, desc=desc, unit="gen", file=sys.stderr,
-            dynamic_ncols=True, leave=True,
+            dynamic_ncols=sized, ncols=None if sized else 80, leave=True,
         )
 
     def saved(self) -> None:

@@ -158,7 +158,7 @@ class Run:
     # -- reading ----------------------------------------------------------------------
 
     def _decode(self, name: str, data: Buffer, kind: str) -> _format.Decoded:
-        return _format.decode(data, key=self.signing_key, kind=kind)
+        return _format.decode(data, key=self.signing_key, kind=kind, name=self.key(name))
 
     def checkpoint_names(self) -> list[str]:
         prefix = self.key(CKPT)
@@ -180,7 +180,8 @@ class Run:
         if data is None:
             return None
         try:
-            record = json.loads(bytes(self._decode("epoch", data, "epoch").frames[0]))
+            name = f"{EPOCH}{epoch:08d}"
+            record = json.loads(bytes(self._decode(name, data, "epoch").frames[0]))
             return str(record.get("base") or "")
         except (_format.InvalidObject, ValueError):
             return None
@@ -293,11 +294,12 @@ class Run:
 
     # -- writing ----------------------------------------------------------------------
 
-    def _encode(self, frames: list[Buffer], kind: str, serializer: str, step: int = 0,
-                created: float | None = None) -> list[Buffer]:
+    def _encode(self, name: str, frames: list[Buffer], kind: str, serializer: str,
+                step: int = 0, created: float | None = None) -> list[Buffer]:
         return _format.encode(
             frames, kind=kind, serializer=serializer, step=step, epoch=self.epoch,
-            created=time.time() if created is None else created, key=self.signing_key,
+            created=time.time() if created is None else created, name=self.key(name),
+            key=self.signing_key,
         )
 
     def claim_epoch(self, base: str | None) -> int:
@@ -309,8 +311,9 @@ class Run:
         }).encode()
         for candidate in range(latest + 1, latest + 1000):
             self.epoch = candidate
-            payload = self._encode([record], "epoch", _RAW)
-            if self.store.put_if_absent(self.key(f"{EPOCH}{candidate:08d}"), payload):
+            name = f"{EPOCH}{candidate:08d}"
+            payload = self._encode(name, [record], "epoch", _RAW)
+            if self.store.put_if_absent(self.key(name), payload):
                 return candidate
         raise FencedError(f"could not claim an attempt number for {self.where()}: "
                           "a thousand concurrent attempts?")
@@ -343,7 +346,8 @@ class Run:
         self.check_fenced()
         name = ckpt_name(self.epoch, snap.step)
         started = time.perf_counter()
-        payload = self._encode(snap.frames, "ckpt", self.serializer.name, snap.step, snap.created)
+        payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
+                               snap.created)
         self.store.put(self.key(name), payload)
         log.debug("saved %s (%d bytes, %.3f s)", self.where(name), payload_size(payload),
                   time.perf_counter() - started)
@@ -361,12 +365,14 @@ class Run:
             self.store.delete(self.key(old))
 
     def write_rng_start(self, rng: _rng.RngState) -> None:
-        self.store.put(self.key(RNG_START), self._encode([_pickle_rng(rng)], "rng", _RAW))
+        self.store.put(self.key(RNG_START),
+                       self._encode(RNG_START, [_pickle_rng(rng)], "rng", _RAW))
 
     def write_result(self, value: Any) -> None:
         self.check_fenced()
         frames = dumps_frames(self.serializer, value, "the run's return value")
-        self.store.put(self.key(RESULT), self._encode(frames, "result", self.serializer.name))
+        self.store.put(self.key(RESULT),
+                       self._encode(RESULT, frames, "result", self.serializer.name))
 
     def reset(self) -> int:
         """Delete every object of the run; returns how many."""

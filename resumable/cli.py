@@ -77,7 +77,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None) -> ObjectI
     info.created = datetime.fromtimestamp(header.created, UTC).isoformat(timespec="seconds")
     info.serializer, info.signed = header.serializer, header.signed
     try:
-        _format.decode(data, key=key, kind=_kind_of(name) or None)
+        _format.decode(data, key=key, kind=_kind_of(name) or None, name=f"{run_id}/{name}")
     except _format.InvalidObject as err:
         info.problem, info.tampered = err.reason, err.tampered
         return info

@@ -244,3 +244,26 @@ def test_full_disk_keeps_previous_checkpoints(tmp_path: Path) -> None:
     finally:
         time.sleep(0.05)
         os.system(f"umount {mount}")
+
+
+def test_signed_checkpoint_copied_from_another_run_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A validly signed checkpoint of another run, planted as this run's newest, is tampered."""
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "correct horse battery staple")
+    evolve, folder, ckpts = crashed_run(tmp_path)
+    other = make_evolve(Faults(crash_at={7}), store=str(tmp_path), keep=None)
+    with pytest.raises(Crash):
+        other(9)  # another run (other arguments), signed with the same key
+    foreign = sorted((tmp_path / other.run_id(9)).glob("ckpt-*"))[-1]
+    planted = folder / "ckpt-99999999-999999999999"
+    planted.write_bytes(foreign.read_bytes())
+    renamed = folder / "ckpt-99999999-999999999998"
+    renamed.write_bytes(ckpts[0].read_bytes())  # this run's own oldest, replayed as newer
+    latest = evolve.latest(8)
+    assert latest is not None and latest.key.endswith(ckpts[-1].name)
+    for p in (planted, renamed):
+        with pytest.raises(InvalidObject) as info:
+            decode(p.read_bytes(), key=b"correct horse battery staple",
+                   name=f"{evolve.run_id(8)}/{p.name}")
+        assert info.value.tampered and "copied or renamed" in info.value.reason

@@ -16,6 +16,7 @@ which ``capture_rng`` saves and restores. ``resumable._retry`` retries every req
 from __future__ import annotations
 
 import hashlib
+import http.client
 import io
 import logging
 import os
@@ -583,6 +584,10 @@ class S3Store:
                 code, status = error_code(exc)
                 if code in ("NoSuchKey", "NotFound"):
                     return None
+                if status == 404 and code in (None, "", "404"):
+                    # A GET's error always names its code; none means the error body
+                    # was cut off in transit: ask again rather than call the bucket missing.
+                    raise http.client.IncompleteRead(b"") from exc
                 if code == "InvalidRange" or status == 416:
                     # Ranges are invalid on empty objects only.
                     whole = self._client.get_object(Bucket=self.bucket, Key=full)
