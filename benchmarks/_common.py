@@ -104,7 +104,18 @@ def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float,
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux reports KiB)."""
+    """This process's peak resident set size so far.
+
+    On Linux this is VmHWM, which starts afresh at exec; ``ru_maxrss`` does not: a
+    child inherits its parent's high-water mark at fork, so it would report the parent.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(kib) * (1 if sys.platform == "darwin" else 1024)
 

@@ -21,6 +21,7 @@ its ratio to ``none``, the end-of-run cost (final flush), and the child's peak R
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
@@ -35,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 NAME = "overhead"
 MODES = ("none", "snippet", "checkpointed")
@@ -157,7 +158,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         ended = time.perf_counter()
     else:
         raise ValueError(mode)
-    intervals = [b - a for a, b in zip(stamps[:-1], stamps[1:], strict=True)]
+    intervals = [b - a for a, b in itertools.pairwise(stamps)]
     return {
         "intervals": intervals[1:],  # the first generation has no checkpoint before it
         "end_seconds": ended - stamps[-1],  # after the last generation: final save, flush

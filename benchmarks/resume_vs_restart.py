@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 NAME = "resume_vs_restart"
 GA = _common.ROOT / "examples" / "ga.py"

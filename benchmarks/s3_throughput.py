@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 NAME = "s3_throughput"
 OPS = ("framework_save", "raw_upload", "snippet_save", "framework_load", "raw_download",

@@ -33,10 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
-from resumable import checkpointed  # noqa: E402
-from resumable.stores._memory import MemoryStore  # noqa: E402
+from resumable import checkpointed
+from resumable.stores._memory import MemoryStore
 
 NAME = "success_rate"
 STORE = "memory://bench-success-rate"
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = c["ci95"]
         rows.append([
             f"({c['case']}) {c['label']}", f"{c['trials']:,}",
-            _common.fmt_pct(c["rate"]), f"{100 * lo:.2f} – {100 * hi:.2f} %",
+            _common.fmt_pct(c["rate"]), f"{100 * lo:.2f} - {100 * hi:.2f} %",
             _common.fmt_pct(c["exact"]), "yes" if c["exact_inside_ci"] else "**no**",
             f"{c['generations_per_trial']:.1f}", f"{c['us_per_generation']:.1f}",
         ])

@@ -6,7 +6,7 @@ and start it again (what a Kubernetes Job does with a failed pod) and it continu
 from the last saved generation, ending with the same best fitness, bit for bit, as a
 run that was never interrupted.
 
-    python examples/ga.py --crash-at 30 || python examples/ga.py
+    python examples/ga.py --crash-at 30 || python examples/ga.py --verify
 
 --crash-at N simulates a pod failure at generation N. The default, --crash-mode term,
 is what Kubernetes does to a preempted or evicted pod: SIGTERM. The library saves the
