@@ -375,7 +375,8 @@ def plot(cases: list[dict[str, Any]], stores: list[str], sizes: list[float], pat
         ax.set_xticks(range(len(sizes)), [f"{m:g} MiB" for m in sizes])
         ax.set_title({"local": "local folder", "moto": "moto server",
                       "rclone": "rclone serve s3"}.get(s, s), fontsize=10)
-        ax.set_ylim(0.9, None)
+    top = max(c["ratio"] for c in cases if c["mode"] != "none")
+    axes[0][0].set_ylim(0.8, max(1.5, top * 1.1))
     axes[0][0].set_ylabel(f"time per generation / no checkpoint\n(~{work_ms:.0f} ms of work)")
     axes[0][-1].legend(fontsize=8, loc="upper left")
     fig.tight_layout()
