@@ -202,9 +202,6 @@ class _Execution:
         run = self.run
         latest = run.load_latest()
         run.claim_epoch(latest.key.rsplit("/", 1)[1] if latest else None)
-        if not run.store.conditional_writes():
-            log.warning("%s ignores conditional writes: two attempts of one run that start at "
-                        "the same moment may both run (weaker fencing)", run.store.url)
         if latest is not None:
             if self.opts.capture_rng and latest.rng is not None:
                 _rng.restore(latest.rng)
