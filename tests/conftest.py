@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["tests.conftest_s3"]
 
-# CI runs a bounded number of examples; RESUMABLE_CHAOS=full (or HYPOTHESIS_PROFILE=full)
-# runs many more.
+# CI runs a bounded number of examples; HYPOTHESIS_PROFILE=full runs many more.
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -1,0 +1,311 @@
+"""Fencing: a newer attempt of a run stops the older one, whose late writes never win."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resumable import FencedError
+from resumable._errors import EXIT_FENCED
+from resumable._run import Run, ckpt_name, parse_ckpt_name
+from resumable.stores import open_store
+from resumable.stores._base import Payload
+from resumable.stores._memory import MemoryStore
+from tests.s3servers import S3Server
+from tests.toy import Faults, make_evolve
+from tests.toy import reference as toy_reference
+from tests.workers.chaos_worker import reference
+
+WORKER = Path(__file__).resolve().parent / "workers" / "chaos_worker.py"
+
+
+# -- unit level: the zombie-exclusion rule on the memory store ------------------------
+
+
+class RacingStore:
+    """A memory store that runs a hook just before the next put: the race window.
+
+    ``write_checkpoint`` checks for a newer epoch, then puts. A hook that claims a new
+    epoch in between reproduces an attempt that passed its fence check just before a
+    newer attempt took over.
+    """
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.before_put: Callable[[], None] | None = None
+
+    def put(self, key: str, data: Payload) -> None:
+        hook, self.before_put = self.before_put, None
+        if hook is not None:
+            hook()
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        return self.inner.put_if_absent(key, data)
+
+    def get(self, key: str) -> Any:
+        return self.inner.get(key)
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def conditional_writes(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def racing(memory_url: str) -> Iterator[RacingStore]:
+    """An empty racing memory store."""
+    yield RacingStore(MemoryStore(memory_url.removeprefix("memory://")))
+
+
+def _write(run: Run, step: int) -> str:
+    return run.write_checkpoint(run.snapshot({"step": step, "epoch": run.epoch}, step, None))
+
+
+def _attempt(store: Any, keep: int | None = None) -> Run:
+    """A new attempt: find the newest checkpoint, claim an epoch based on it."""
+    run = Run(store, "r", keep=keep)
+    latest = run.load_latest()
+    run.claim_epoch(latest.key.rsplit("/", 1)[1] if latest else None)
+    return run
+
+
+def test_checkpoints_written_after_a_takeover_are_skipped(
+    racing: RacingStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Epoch 1 writes after epoch 2 claimed base X: readers skip everything after X."""
+    a = _attempt(racing)
+    for step in (1, 2, 3):
+        _write(a, step)
+    taken_over: list[Run] = []
+    racing.before_put = lambda: taken_over.append(_attempt(racing))
+    zombie = _write(a, 4)  # passed its fence check, then B took over, then it wrote
+    b = taken_over[0]
+    assert (a.epoch, b.epoch) == (1, 2)
+    assert b._epoch_base(2) == ckpt_name(1, 3)
+    assert racing.get(f"r/{zombie}") is not None
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        latest = Run(racing, "r").load_latest()
+    assert latest is not None and latest.key == f"r/{ckpt_name(1, 3)}"
+    assert latest.state == {"step": 3, "epoch": 1}
+    assert any("newer one took over" in r.getMessage() and zombie in r.getMessage()
+               for r in caplog.records)
+    with pytest.raises(FencedError):  # its next save stops it, writing nothing
+        _write(a, 5)
+    assert racing.get(f"r/{ckpt_name(1, 5)}") is None
+    _write(b, 4)
+    latest = Run(racing, "r").load_latest()
+    assert latest is not None and latest.key == f"r/{ckpt_name(2, 4)}"
+    assert latest.state == {"step": 4, "epoch": 2}
+
+
+def test_a_fresh_takeover_skips_every_later_checkpoint_of_the_older_epoch(
+    racing: RacingStore,
+) -> None:
+    """A takeover that started fresh (base '') excludes all of the older epoch's writes."""
+    a = _attempt(racing)
+    racing.before_put = lambda: _attempt(racing)
+    _write(a, 1)
+    assert Run(racing, "r").epochs() == [1, 2]
+    assert Run(racing, "r").checkpoint_names() == [ckpt_name(1, 1)]
+    assert Run(racing, "r").load_latest() is None
+
+
+def test_the_rule_only_excludes_names_after_the_base(memory_url: str) -> None:
+    """Checkpoints up to the base stay readable fallbacks; the newest epoch is never skipped."""
+    store = open_store(memory_url)
+    a = _attempt(store, keep=None)
+    for step in (1, 2):
+        _write(a, step)
+    b = _attempt(store, keep=None)
+    assert b.epoch == 2 and b._epoch_base(2) == ckpt_name(1, 2)
+    _write(b, 3)
+    run = Run(store, "r")
+    # B's checkpoint is damaged: readers fall back to A's checkpoint at the base.
+    store.put(f"r/{ckpt_name(2, 3)}", [b"garbage"])
+    latest = run.load_latest()
+    assert latest is not None and latest.key == f"r/{ckpt_name(1, 2)}"
+    store.delete(f"r/{ckpt_name(2, 3)}")
+    c = _attempt(store, keep=None)  # resumes from A's step 2, claims epoch 3
+    assert c.epoch == 3 and c._epoch_base(3) == ckpt_name(1, 2)
+    _write(c, 3)
+    _write(c, 4)
+    latest = run.load_latest()
+    assert latest is not None and latest.key == f"r/{ckpt_name(3, 4)}"
+
+
+def test_a_fenced_attempt_writes_no_checkpoint_and_no_result(memory_url: str) -> None:
+    """After a newer claim, the older attempt's saves and its result raise FencedError."""
+    store = open_store(memory_url)
+    a = _attempt(store)
+    _write(a, 1)
+    _attempt(store)
+    before = store.list("r/")
+    with pytest.raises(FencedError, match="epoch 2"):
+        _write(a, 2)
+    with pytest.raises(FencedError):
+        a.write_result(42)
+    assert store.list("r/") == before
+
+
+def test_concurrent_claims_get_distinct_epochs(memory_url: str) -> None:
+    """Attempts claiming at the same moment each get their own epoch (create-only)."""
+    store = open_store(memory_url)
+    barrier = threading.Barrier(8)
+    epochs: list[int] = []
+
+    def claim() -> None:
+        run = Run(store, "r")
+        barrier.wait(timeout=10)
+        epochs.append(run.claim_epoch(None))
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(epochs) == list(range(1, 9))
+
+
+# -- end to end: two worker processes on moto's server ---------------------------------
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _worker_env(server: S3Server) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN")}
+    env.update(server.env)
+    env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent/resumable-tests"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.s3
+def test_older_attempt_is_fenced_by_newer_one_on_moto(
+    moto_server: S3Server, s3_env: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A (slow) is fenced at its next save with EXIT_FENCED; B ends with the reference."""
+    s3_env(moto_server)
+    url = moto_server.new_store_url()
+    generations = 40
+    env = _worker_env(moto_server)
+    common = [sys.executable, str(WORKER), url, "fenced-run", "--generations",
+              str(generations)]
+    out_a, err_a = tmp_path / "a.out", tmp_path / "a.err"
+    out_b, err_b = tmp_path / "b.out", tmp_path / "b.err"
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(out_a, "wb") as o, open(err_a, "wb") as e:
+        a = subprocess.Popen([*common, "--delay", "0.05", "--slow-after", "3",
+                              "--slow-delay", "0.3"], stdout=o, stderr=e, env=env)
+    procs.append(a)
+    try:
+        run = Run(open_store(url), "fenced-run")
+
+        def a_saved_three() -> bool:
+            assert a.poll() is None, err_a.read_text()
+            latest = run.load_latest(with_state=False)
+            return latest is not None and latest.step >= 3
+
+        _wait(a_saved_three, 30, "attempt A to save 3 checkpoints")
+        with open(out_b, "wb") as o, open(err_b, "wb") as e:
+            b = subprocess.Popen([*common, "--delay", "0"], stdout=o, stderr=e, env=env)
+        procs.append(b)
+        b.wait(timeout=60)
+        a.wait(timeout=60)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert b.returncode == 0, err_b.read_text()
+    assert a.returncode == EXIT_FENCED, (a.returncode, err_a.read_text()[-3000:])
+    assert "FencedError" in err_a.read_text()
+    events_a, events_b = _events(out_a), _events(out_b)
+    assert not any(e["event"] == "result" for e in events_a)
+    results = [e["result"] for e in events_b if e["event"] == "result"]
+    assert results == [reference(generations)]
+    start_b = next(e["start"] for e in events_b if e["event"] == "start")
+    assert start_b >= 3  # B resumed from A's work
+
+    run = Run(open_store(url), "fenced-run")
+    assert run.epochs() == [1, 2]
+    base = run._epoch_base(2)
+    assert base and parse_ckpt_name(base) == (1, start_b)
+    latest = run.load_latest()
+    assert latest is not None and (latest.epoch, latest.step) == (2, generations)
+    # Whatever A wrote after B took over (if it got anything through) is excluded even
+    # when B's checkpoints are gone.
+    late = [n for n in run.checkpoint_names() if n.startswith("ckpt-00000001-") and n > base]
+    for name in run.checkpoint_names():
+        if name.startswith("ckpt-00000002-"):
+            run.store.delete(run.key(name))
+    fallback = run.load_latest(with_state=False)
+    assert fallback is None or (fallback.key.rsplit("/", 1)[1] <= base
+                                and fallback.key.rsplit("/", 1)[1] not in late)
+
+
+# -- rclone: no conditional writes ----------------------------------------------------
+
+
+@pytest.mark.s3
+def test_rclone_logs_weaker_fencing(
+    rclone_server: S3Server, s3_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a server that ignores If-None-Match a run still works and warns once per start."""
+    s3_env(rclone_server)
+    evolve = make_evolve(Faults(), store=rclone_server.new_store_url())
+    random.seed(0)
+    np.random.seed(0)
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert evolve(5) == toy_reference(5)
+    warnings = [r.getMessage() for r in caplog.records if "weaker fencing" in r.getMessage()]
+    assert warnings and all("conditional writes" in w for w in warnings)
+    assert any(rclone_server.endpoint in w or "s3://" in w for w in warnings)
+
+
+@pytest.mark.s3
+def test_moto_gives_full_fencing_without_warning(
+    moto_server: S3Server, s3_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """moto enforces If-None-Match: no weaker-fencing warning."""
+    s3_env(moto_server)
+    evolve = make_evolve(Faults(), store=moto_server.new_store_url())
+    random.seed(0)
+    np.random.seed(0)
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert evolve(3) == toy_reference(3)
+    assert not [r for r in caplog.records if "weaker fencing" in r.getMessage()]
