@@ -87,7 +87,7 @@ def finish(store: str, generations: int, every: str = "generation") -> str:
 
 def test_sigkill_at_random_moments_resumes_to_the_reference(tmp_path: Path) -> None:
     """A worker SIGKILLed at random moments (>= 10 times) and restarted ends as the reference."""
-    generations = 150
+    generations = 400
     expected = finish(str(tmp_path / "reference"), generations)
     store = str(tmp_path / "killed")
     schedule = random.Random(7)
