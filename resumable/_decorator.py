@@ -53,6 +53,19 @@ def _signing_key(value: bytes | str | None) -> bytes | None:
     return value
 
 
+def _upload_duty() -> float:
+    raw = os.environ.get("RESUMABLE_UPLOAD_DUTY", "0.5")
+    try:
+        duty = float(raw)
+    except ValueError:
+        duty = -1.0
+    if not 0 < duty <= 1:
+        raise ConfigurationError(
+            f"$RESUMABLE_UPLOAD_DUTY={raw!r} must be a number in (0, 1], e.g. 0.5"
+        )
+    return duty
+
+
 class CheckpointedFunction(Generic[P, R]):
     """The decorated function, with ``iter``, ``run_id``, ``latest`` and ``reset``."""
 
@@ -149,6 +162,7 @@ class _Execution:
         self.uploader = Uploader(
             f"resumable-upload-{run.run_id}",
             synchronous=os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0"),
+            duty=_upload_duty(),
         )
         self.last_snap: Snapshot | None = None
         self.pool = BufferPool()
