@@ -41,7 +41,7 @@ log = logging.getLogger("resumable")
 
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 8 * MiB
-DEFAULT_THRESHOLD = 8 * MiB  # below this a payload goes up in one PutObject
+DEFAULT_THRESHOLD = 64 * MiB  # below this a payload goes up in one PutObject
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
 MAX_PARTS = 10_000
 # Parallel parts and ranged GETs. Each stream costs client CPU (copies, hashing, HTTP);
