@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import _rng
-from ._errors import ConfigurationError, ResumableError
+from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import KeepLast, SavePolicy, parse_every
 from ._progress import Progress
 from ._run import BufferPool, Checkpoint, Run, Snapshot
@@ -78,7 +78,7 @@ class CheckpointedFunction(Generic[P, R]):
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # Methods: bind like a function would, so self takes part in the run id.
-        return self if obj is None else functools.partial(self, obj)
+        return self if obj is None else _BoundCheckpointed(self, obj)
 
     # -- helpers --------------------------------------------------------------------
 
@@ -133,6 +133,29 @@ class CheckpointedFunction(Generic[P, R]):
                 return stop.value  # type: ignore[no-any-return]
 
 
+class _BoundCheckpointed:
+    """A decorated method bound to its instance, with the same helpers."""
+
+    def __init__(self, fn: CheckpointedFunction[Any, Any], obj: Any) -> None:
+        functools.update_wrapper(self, fn._func)
+        self._fn, self._obj = fn, obj
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(self._obj, *args, **kwargs)
+
+    def iter(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return self._fn.iter(self._obj, *args, **kwargs)
+
+    def run_id(self, *args: Any, **kwargs: Any) -> str:
+        return self._fn.run_id(self._obj, *args, **kwargs)
+
+    def latest(self, *args: Any, **kwargs: Any) -> Checkpoint | None:
+        return self._fn.latest(self._obj, *args, **kwargs)
+
+    def reset(self, *args: Any, **kwargs: Any) -> None:
+        self._fn.reset(self._obj, *args, **kwargs)
+
+
 @dataclass(frozen=True)
 class _Options:
     every: SavePolicy
@@ -158,7 +181,9 @@ class _Execution:
         self.run = run
         self.bound = bound
         self.in_body = False
+        self.suspended = False
         self.terminate = False
+        self.progress: Progress | None = None
         self.uploader = Uploader(
             f"resumable-upload-{run.run_id}",
             synchronous=os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0"),
@@ -175,6 +200,14 @@ class _Execution:
         self.terminate = True
         if self.in_body:
             raise _Terminated()
+        if self.suspended:
+            # An f.iter consumer is working on a yielded state: save now and stop it,
+            # rather than waiting for its next request.
+            self.suspended = False
+            self._flush_last()
+            log.warning("SIGTERM: run %s saved at step %d; exiting with 143",
+                        self.run.where(), self.last_snap.step if self.last_snap else 0)
+            raise _Terminated()
 
     def _install_sigterm(self) -> Any:
         if threading.current_thread() is not threading.main_thread():
@@ -186,24 +219,35 @@ class _Execution:
 
     # -- saving ---------------------------------------------------------------------
 
-    def _save(self, snap: Snapshot, progress: Progress) -> None:
+    def _save(self, snap: Snapshot) -> None:
+        progress = self.progress
+
         def job() -> None:
             try:
                 self.run.write_checkpoint(snap)
-                progress.saved()
+                if progress is not None:
+                    progress.saved()
             finally:
                 snap.release()
 
         snap.hold()
-        self.uploader.submit(job, on_drop=snap.release)
+        try:
+            self.uploader.submit(job, on_drop=snap.release)
+        except BaseException:
+            snap.release()  # an earlier save failed; this one was never handed over
+            raise
         self.submitted_step = snap.step
         self.last_save = time.monotonic()
 
-    def _flush_last(self, progress: Progress) -> None:
+    def _flush_last(self) -> None:
         """Make the last yielded state durable (end, exception, SIGTERM)."""
         if self.last_snap is not None and self.last_snap.step != self.submitted_step:
-            self._save(self.last_snap, progress)
-        self.uploader.flush()
+            self._save(self.last_snap)
+        try:
+            self.uploader.flush()
+        except BaseException:
+            self.submitted_step = -1  # the save failed: a later flush tries it again
+            raise
 
     # -- the loop -------------------------------------------------------------------
 
@@ -276,32 +320,31 @@ class _Execution:
         last_state = state
         failures = 0
         progress = self._progress(step)
+        self.progress = progress
         previous_handler = self._install_sigterm()
         gen = self._body(state)
         try:
             while True:
-                self.in_body = True
                 try:
+                    self.in_body = True
                     if self.terminate:
                         raise _Terminated()
                     yielded = next(gen)
                 except StopIteration as stop:
                     self.in_body = False
                     result = stop.value if stop.value is not None else last_state
-                    self._flush_last(progress)
+                    self._flush_last()
                     run.write_result(result)
                     log.info("run %s finished at step %d (%d new, %d snapshot(s) coalesced)",
                              run.where(), step, step - start_step, self.uploader.skipped)
+                    if self.terminate:  # SIGTERM during the final save: saved, now exit
+                        raise _Terminated() from None
                     return result
                 except _Terminated:
-                    self.in_body = False
-                    self._flush_last(progress)
-                    log.warning("SIGTERM: run %s saved at step %d; exiting with 143",
-                                run.where(), step)
                     raise
                 except BaseException as err:
                     self.in_body = False
-                    self._flush_after_error(err, progress)
+                    self._flush_after_error(err)
                     if (isinstance(err, self.opts.restart_on)
                             and not isinstance(err, ResumableError)
                             and failures < self.opts.restarts):
@@ -317,6 +360,8 @@ class _Execution:
                     raise
                 finally:
                     self.in_body = False
+                # A SIGTERM here (between the yield and the snapshot) costs at most this
+                # generation: the outer handler saves the previous one.
                 step += 1
                 failures = 0
                 rng = _rng.capture() if self.opts.capture_rng else None
@@ -326,11 +371,21 @@ class _Execution:
                 self.last_snap = snap
                 last_state = yielded
                 if self.opts.every.due(step, time.monotonic() - self.last_save):
-                    self._save(self.last_snap, progress)
+                    self._save(self.last_snap)
                 progress.advance(step)
-                yield yielded
+                self.suspended = True
+                try:
+                    yield yielded
+                finally:
+                    self.suspended = False
+        except _Terminated:
+            self.in_body = False
+            self._flush_last()
+            log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
+                        self.last_snap.step if self.last_snap is not None else step)
+            raise
         except GeneratorExit:  # an f.iter consumer stopped early: keep what it saw
-            self._flush_last(progress)
+            self._flush_last()
             raise
         finally:
             gen.close()
@@ -342,10 +397,16 @@ class _Execution:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
 
-    def _flush_after_error(self, err: BaseException, progress: Progress) -> None:
+    def _flush_after_error(self, err: BaseException) -> None:
+        """Save the last yielded state after the body raised; a failure to save is noted.
+
+        A fenced attempt, or an interrupt during the save, ends the run at once.
+        """
         try:
-            self._flush_last(progress)
+            self._flush_last()
         except BaseException as flush_err:
+            if isinstance(flush_err, FencedError) or not isinstance(flush_err, Exception):
+                raise flush_err from err
             log.error("run %s: saving the last state after %s failed: %s", self.run.where(),
                       type(err).__name__, flush_err)
             err.add_note(f"resumable: saving the last yielded state also failed: {flush_err}")
@@ -370,30 +431,6 @@ def checkpointed(
     See the README for every option; the function gets ``state=None`` on a fresh start
     and the last saved state on resume, and the call returns the generator's return value.
     """
-    policy = parse_every(every)
-    KeepLast(keep)
-    ser = get_serializer(serializer)
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-        raise ConfigurationError(f"restarts must be an int >= 0, got {restarts!r}")
-    on = restart_on if isinstance(restart_on, tuple) else (restart_on,)
-    if not on or not all(isinstance(t, type) and issubclass(t, BaseException) for t in on):
-        raise ConfigurationError(
-            f"restart_on must be an exception type or a tuple of them, got {restart_on!r}"
-        )
-    if run_id is not None:
-        validate_run_id(run_id)
-    if store is not None and not isinstance(store, (str, os.PathLike)):
-        open_store(store)  # validates the object
-    elif store is not None:
-        normalize_url(store)
-    if signing_key is not None:
-        _signing_key(signing_key)
-    if not isinstance(state_arg, str) or not state_arg.isidentifier():
-        raise ConfigurationError(f"state_arg must be a parameter name, got {state_arg!r}")
-    opts = _Options(every=policy, store=store, serializer=ser, keep=keep, run_id=run_id,
-                    state_arg=state_arg, restarts=restarts, restart_on=on,
-                    capture_rng=capture_rng, progress=progress, signing_key=signing_key)
-
     def decorate(func: Callable[P, Generator[Any, None, R]]) -> CheckpointedFunction[P, R]:
         name = getattr(func, "__qualname__", repr(func))
         if not inspect.isgeneratorfunction(func):
@@ -401,7 +438,8 @@ def checkpointed(
                 f"@checkpointed needs a generator function, but {name} is not one: "
                 f"yield the state once per generation (`yield state`)"
             )
-        param = inspect.signature(func).parameters.get(state_arg)
+        param = (inspect.signature(func).parameters.get(state_arg)
+                 if isinstance(state_arg, str) else None)
         if param is None or param.kind not in (
             inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
         ):
@@ -410,9 +448,54 @@ def checkpointed(
                 f"(e.g. `def {getattr(func, '__name__', 'f')}(..., *, {state_arg}=None)`), "
                 "which receives the saved state on resume"
             )
+        try:
+            opts = _validate(
+                every=every, store=store, serializer=serializer, keep=keep, run_id=run_id,
+                state_arg=state_arg, restarts=restarts, restart_on=restart_on,
+                capture_rng=capture_rng, progress=progress, signing_key=signing_key,
+            )
+        except ConfigurationError as err:
+            raise ConfigurationError(f"@checkpointed on {name}: {err}") from err
         return CheckpointedFunction(func, opts)
 
     return decorate
+
+
+def _validate(**o: Any) -> _Options:
+    """Check every option (at decoration time) and return them ready for use."""
+    policy = parse_every(o["every"])
+    KeepLast(o["keep"])
+    ser = get_serializer(o["serializer"])
+    restarts = o["restarts"]
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ConfigurationError(f"restarts must be an int >= 0, got {restarts!r}")
+    restart_on = o["restart_on"]
+    on = restart_on if isinstance(restart_on, tuple) else (restart_on,)
+    if not on or not all(isinstance(t, type) and issubclass(t, BaseException) for t in on):
+        raise ConfigurationError(
+            f"restart_on must be an exception type or a tuple of them, got {restart_on!r}"
+        )
+    if o["run_id"] is not None:
+        validate_run_id(o["run_id"])
+    store = o["store"]
+    if store is not None and not isinstance(store, (str, os.PathLike)):
+        open_store(store)  # validates the object
+    elif store is not None:
+        normalize_url(store)
+    if o["signing_key"] is not None:
+        _signing_key(o["signing_key"])
+    state_arg = o["state_arg"]
+    if not isinstance(state_arg, str) or not state_arg.isidentifier():
+        raise ConfigurationError(f"state_arg must be a parameter name, got {state_arg!r}")
+    progress = o["progress"]
+    if not isinstance(progress, (bool, int, str)):
+        raise ConfigurationError(
+            f"progress must be a bool, an int total or an argument name, got {progress!r}"
+        )
+    return _Options(every=policy, store=store, serializer=ser, keep=o["keep"],
+                    run_id=o["run_id"], state_arg=state_arg, restarts=restarts,
+                    restart_on=on, capture_rng=bool(o["capture_rng"]), progress=progress,
+                    signing_key=o["signing_key"])
 
 
 __all__ = ["CheckpointedFunction", "checkpointed", "default_store_url"]

@@ -186,13 +186,18 @@ class Run:
         except (_format.InvalidObject, ValueError):
             return None
 
-    def _superseded(self, name: str, epochs: set[int]) -> bool:
-        """Written by an attempt after a newer attempt had taken over the run (a zombie)."""
+    def _superseded(self, name: str, epochs: set[int]) -> str | None:
+        """The base of the newer attempt that took over, if ``name`` was written after it.
+
+        A zombie (an attempt that kept running after a newer one claimed the run) may
+        write a few checkpoints before it notices; they sort after the newer attempt's
+        base and are never resumed from. Returns None when ``name`` is legitimate.
+        """
         parsed = parse_ckpt_name(name)
         if parsed is None or parsed[0] + 1 not in epochs:
-            return False
+            return None
         base = self._epoch_base(parsed[0] + 1)
-        return base is not None and name > base
+        return base if base is not None and name > base else None
 
     def load_latest(self, *, with_state: bool = True) -> Checkpoint | None:
         """The newest checkpoint that passes verification; older ones are fallbacks."""
@@ -202,12 +207,16 @@ class Run:
             return None
         epochs = set(self.epochs()) if names else set()
         failures: list[tuple[str, _format.InvalidObject]] = []
+        lost_bases: set[str] = set()
         for name in reversed(names):
-            if self._superseded(name, epochs):
+            base = self._superseded(name, epochs)
+            if base is not None:
                 log.warning(
                     "skipping %s: written by an attempt after a newer one took over the run",
                     self.where(name),
                 )
+                if base:
+                    lost_bases.add(base)
                 continue
             data = self.store.get(self.key(name))
             if data is None:  # deleted by retention of another attempt since the listing
@@ -223,6 +232,14 @@ class Run:
                 log.warning("resuming %s from %s after skipping %d damaged checkpoint(s)",
                             self.where(), name, len(failures))
             return self._to_checkpoint(name, decoded, with_state)
+        if not failures and lost_bases:
+            raise CheckpointCorruptError(
+                f"run {self.run_id!r} in {self.store.url} was taken over from "
+                f"{', '.join(sorted(lost_bases))}, which no longer exists; only checkpoints "
+                "of the superseded attempt remain. Refusing to start from scratch: inspect with "
+                f"`resumable show {self.store.url} {self.run_id}`, delete the run with "
+                "`resumable rm` to start over"
+            )
         if not failures:
             return None
         summary = "; ".join(f"{n}: {e.reason}" for n, e in failures)
@@ -279,7 +296,14 @@ class Run:
                 f"delete it with `resumable rm {self.store.url} {self.run_id}` to run again"
             ) from None
         self._check_serializer(RESULT, decoded.header.serializer)
-        return True, loads_frames(self.serializer, decoded.frames)
+        try:
+            return True, loads_frames(self.serializer, decoded.frames)
+        except Exception as err:
+            raise SerializationError(
+                f"the result record {self.where(RESULT)} passed verification but cannot be "
+                f"deserialized: {type(err).__name__}: {err}. Is the code that defines its "
+                "classes importable here, at a compatible version?"
+            ) from err
 
     def load_rng_start(self) -> _rng.RngState | None:
         data = self.store.get(self.key(RNG_START))
@@ -331,7 +355,8 @@ class Run:
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None
     ) -> Snapshot:
-        frames = dumps_frames(self.serializer, state, f"the state yielded at step {step}",
+        frames = dumps_frames(self.serializer, state,
+                              f"the state yielded at step {step} of run {self.where()}",
                               None if pool is None else pool.take)
         return Snapshot(step=step, frames=[_pickle_rng(rng), *frames], created=time.time(),
                         pool=pool)
@@ -354,6 +379,9 @@ class Run:
         if name not in self._known:
             self._known.append(name)
             self._known.sort()
+        # Checked again before deleting anything: a newer attempt may have taken over
+        # during the write and resumed from a checkpoint retention would now remove.
+        self.check_fenced()
         self.prune()
         return name
 
@@ -370,7 +398,8 @@ class Run:
 
     def write_result(self, value: Any) -> None:
         self.check_fenced()
-        frames = dumps_frames(self.serializer, value, "the run's return value")
+        frames = dumps_frames(self.serializer, value, f"the return value of run {self.where()}",
+                              root="result")
         self.store.put(self.key(RESULT),
                        self._encode(RESULT, frames, "result", self.serializer.name))
 

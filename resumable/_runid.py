@@ -100,6 +100,11 @@ def _encode(obj: Any, out: bytearray, depth: int = 0) -> None:
         _encode(obj.item(), out, depth + 1)
     elif callable(obj) and hasattr(obj, "__qualname__"):
         out += f"callable:{getattr(obj, '__module__', '?')}.{obj.__qualname__};".encode()
+    elif hasattr(obj, "__dict__") and vars(obj):
+        # A plain object (e.g. `self` of a decorated method) is identified by its class and
+        # attributes; one whose attributes have no stable value still needs run_id=.
+        out += f"obj:{type(obj).__module__}.{tag}".encode()
+        _encode(vars(obj), out, depth + 1)
     else:
         raise ConfigurationError(
             f"cannot derive a run id from an argument of type {type(obj).__qualname__}: "

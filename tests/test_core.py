@@ -80,17 +80,34 @@ def test_custom_state_arg_name() -> None:
     ],
 )
 def test_bad_options_fail_at_decoration(options: dict[str, Any], fragment: str) -> None:
-    """Every bad option is a ConfigurationError (a ValueError) naming the bad value."""
-    with pytest.raises(ConfigurationError, match=fragment):
-        checkpointed(**options)
+    """Every bad option is a ConfigurationError (a ValueError) naming function and value."""
+    with pytest.raises(ConfigurationError, match=fragment) as info:
+
+        @checkpointed(**options)
+        def configured(*, state: Any = None) -> Any:
+            yield state
+
+    assert "configured" in str(info.value)
+    assert isinstance(info.value, ValueError)
 
 
 @pytest.mark.parametrize(
     "every", ["generation", 1, 5, "30s", "5m", "1.5h", 12.5, timedelta(minutes=2)]
 )
 def test_every_accepts_all_documented_forms(every: Any) -> None:
-    """generation, n, duration strings, float seconds and timedelta are all accepted."""
-    checkpointed(every=every)
+    """generation, n, duration strings, float seconds and timedelta parse to the right policy."""
+    from resumable import EveryN, EverySeconds
+    from resumable._policy import parse_every
+
+    expected = {
+        "generation": EveryN(1), 1: EveryN(1), 5: EveryN(5), "30s": EverySeconds(30.0),
+        "5m": EverySeconds(300.0), "1.5h": EverySeconds(5400.0), 12.5: EverySeconds(12.5),
+    }.get(every, EverySeconds(120.0))
+    assert parse_every(every) == expected
+
+    @checkpointed(every=every)
+    def f(*, state: Any = None) -> Any:
+        yield state
 
 
 # -- running, results, helpers ----------------------------------------------------------
@@ -261,7 +278,10 @@ def test_bad_env_run_id_is_rejected(monkeypatch: pytest.MonkeyPatch, bad: str) -
 def test_bad_run_id_argument_is_rejected(bad: str) -> None:
     """run_id= is validated at decoration time."""
     with pytest.raises(ConfigurationError, match="run_id"):
-        checkpointed(run_id=bad)
+
+        @checkpointed(run_id=bad)
+        def f(*, state: Any = None) -> Any:
+            yield state
 
 
 def test_unhashable_argument_asks_for_run_id(memory_url: str) -> None:
@@ -304,18 +324,18 @@ def test_duration_every_saves_only_at_the_end_when_long(memory_url: str) -> None
     assert steps == [5]
 
 
-@pytest.mark.parametrize(("keep", "expected"), [(1, 1), (2, 2), (None, 7)])
-def test_retention(memory_url: str, keep: int | None, expected: int) -> None:
-    """keep=N leaves the newest N checkpoints; None keeps all."""
+@pytest.mark.parametrize(
+    ("keep", "expected"), [(1, [7]), (2, [6, 7]), (3, [5, 6, 7]), (None, [1, 2, 3, 4, 5, 6, 7])]
+)
+def test_retention(
+    memory_url: str, keep: int | None, expected: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """keep=N leaves exactly the newest N checkpoints; None keeps all."""
+    monkeypatch.setenv("RESUMABLE_SYNC", "1")  # every generation saved: nothing coalesced
     evolve = make_evolve(Faults(), store=memory_url, keep=keep)
-    # the memory store is fast enough that every generation becomes durable only when
-    # the uploader never lags; flush it by crashing nothing and counting what remains
     evolve(7)
-    kept = names(memory_url, evolve.run_id(7))
-    assert len(kept) <= expected
-    assert kept[-1].endswith("-000000000007")
-    if keep is not None:
-        assert len(kept) == min(keep, len(kept))
+    kept = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(7))]
+    assert kept == expected
 
 
 # -- restarts -----------------------------------------------------------------------------
@@ -486,15 +506,19 @@ def test_crash_before_first_yield_replays_the_same_randomness(memory_url: str) -
     assert evolve(5) == expected
 
 
-def test_capture_rng_false_does_not_touch_rngs(memory_url: str) -> None:
-    """With capture_rng=False the global RNG state is left alone by resume."""
-    evolve = make_evolve(Faults(crash_at={3}), store=memory_url, capture_rng=False)
+@pytest.mark.parametrize("capture", [False, True])
+def test_capture_rng_false_leaves_the_process_rng_alone(memory_url: str, capture: bool) -> None:
+    """capture_rng=False: a resume draws from the process's RNG; True restores the saved one."""
+    evolve = make_evolve(Faults(crash_at={3}), store=memory_url, capture_rng=capture)
     with pytest.raises(Crash):
         evolve(5)
     random.seed(5)
-    before = random.getstate()
-    make_evolve(Faults(), store=memory_url, capture_rng=False).latest(5)
-    assert random.getstate() == before
+    for _ in range(3):  # generations 3, 4 and 5 draw one number each
+        random.random()
+    after_three_draws = random.getstate()
+    random.seed(5)
+    make_evolve(Faults(), store=memory_url, capture_rng=capture)(5)
+    assert (random.getstate() == after_three_draws) is (not capture)
 
 
 def test_all_checkpoints_corrupt_refuses_fresh_start(memory_url: str) -> None:
@@ -510,3 +534,52 @@ def test_all_checkpoints_corrupt_refuses_fresh_start(memory_url: str) -> None:
     with pytest.raises(CheckpointCorruptError, match=evolve.run_id(5)):
         evolve(5)
     assert len(faults.entered) == entries
+
+
+class Population:
+    """A class whose method is checkpointed: the instance takes part in the run id."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    @checkpointed(store="memory://methods")
+    def evolve(self, generations: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < generations:
+            state += 1
+            yield state
+        return state * self.size
+
+
+
+def test_methods_have_the_helpers() -> None:
+    """A decorated method works through the instance, helpers included; self is in the id."""
+    from resumable.stores._memory import MemoryStore
+
+    MemoryStore("methods").clear()
+    pop = Population(3)
+    assert pop.evolve(4) == 12
+    assert "Population.evolve" in pop.evolve.run_id(4)
+    assert pop.evolve.run_id(4) == Population(3).evolve.run_id(4)
+    assert pop.evolve.run_id(4) != Population(5).evolve.run_id(4)
+    latest = pop.evolve.latest(4)
+    assert latest is not None and latest.step == 4
+    assert list(pop.evolve.iter(4)) == []
+    pop.evolve.reset(4)
+    assert pop.evolve.latest(4) is None
+
+
+def test_result_that_cannot_be_loaded_names_the_record(memory_url: str) -> None:
+    """A stored result whose class is gone raises SerializationError naming its key."""
+    import pickle
+
+    from resumable._run import RESULT
+
+    evolve = make_evolve(Faults(), store=memory_url)
+    evolve(2)
+    run = Run(open_store(memory_url), evolve.run_id(2))
+    # a result pickled by reference to a module that does not exist here
+    payload = pickle.dumps(Faults()).replace(b"tests.toy", b"gone.away")
+    run.store.put(run.key(RESULT), run._encode(RESULT, [payload], "result", "pickle"))
+    with pytest.raises(SerializationError, match=f"{evolve.run_id(2)}/result"):
+        evolve(2)

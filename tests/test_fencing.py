@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from resumable import FencedError
+from resumable import CheckpointCorruptError, FencedError
 from resumable._errors import EXIT_FENCED
 from resumable._run import Run, ckpt_name, parse_ckpt_name
 from resumable.stores import open_store
@@ -96,7 +96,11 @@ def test_checkpoints_written_after_a_takeover_are_skipped(
         _write(a, step)
     taken_over: list[Run] = []
     racing.before_put = lambda: taken_over.append(_attempt(racing))
-    zombie = _write(a, 4)  # passed its fence check, then B took over, then it wrote
+    # passed its fence check, then B took over, then it wrote; the check after the write
+    # stops it before retention could delete anything
+    with pytest.raises(FencedError):
+        _write(a, 4)
+    zombie = ckpt_name(1, 4)
     b = taken_over[0]
     assert (a.epoch, b.epoch) == (1, 2)
     assert b._epoch_base(2) == ckpt_name(1, 3)
@@ -122,7 +126,8 @@ def test_a_fresh_takeover_skips_every_later_checkpoint_of_the_older_epoch(
     """A takeover that started fresh (base '') excludes all of the older epoch's writes."""
     a = _attempt(racing)
     racing.before_put = lambda: _attempt(racing)
-    _write(a, 1)
+    with pytest.raises(FencedError):
+        _write(a, 1)
     assert Run(racing, "r").epochs() == [1, 2]
     assert Run(racing, "r").checkpoint_names() == [ckpt_name(1, 1)]
     assert Run(racing, "r").load_latest() is None
@@ -223,8 +228,9 @@ def test_older_attempt_is_fenced_by_newer_one_on_moto(
     url = moto_server.new_store_url()
     generations = 40
     env = _worker_env(moto_server)
+    # keep everything, so the checks below see every checkpoint either attempt wrote
     common = [sys.executable, str(WORKER), url, "fenced-run", "--generations",
-              str(generations)]
+              str(generations), "--keep", "1000"]
     out_a, err_a = tmp_path / "a.out", tmp_path / "a.err"
     out_b, err_b = tmp_path / "b.out", tmp_path / "b.err"
     procs: list[subprocess.Popen[bytes]] = []
@@ -273,9 +279,14 @@ def test_older_attempt_is_fenced_by_newer_one_on_moto(
     for name in run.checkpoint_names():
         if name.startswith("ckpt-00000002-"):
             run.store.delete(run.key(name))
-    fallback = run.load_latest(with_state=False)
-    assert fallback is None or (fallback.key.rsplit("/", 1)[1] <= base
-                                and fallback.key.rsplit("/", 1)[1] not in late)
+    try:
+        fallback = run.load_latest(with_state=False)
+    except CheckpointCorruptError:  # only A's late writes are left: refused, not resumed
+        assert late
+    else:
+        assert fallback is not None  # B's base (or an older one of A's) is still there
+        assert fallback.key.rsplit("/", 1)[1] <= base
+        assert fallback.key.rsplit("/", 1)[1] not in late
 
 
 # -- rclone: no conditional writes ----------------------------------------------------
@@ -309,3 +320,34 @@ def test_moto_gives_full_fencing_without_warning(
     with caplog.at_level(logging.WARNING, logger="resumable"):
         assert evolve(3) == toy_reference(3)
     assert not [r for r in caplog.records if "weaker fencing" in r.getMessage()]
+
+
+def test_zombie_never_prunes_the_checkpoint_a_newer_attempt_resumed_from() -> None:
+    """keep=1: a zombie that writes after a takeover stops before retention deletes the base."""
+    racing = RacingStore(MemoryStore("zombie-keep1"))
+    a = _attempt(racing, keep=1)
+    for s in (1, 2, 3):
+        _write(a, s)
+    racing.before_put = lambda: _attempt(racing, keep=1)  # B takes over from ckpt-1-3, dies
+    with pytest.raises(FencedError):
+        _write(a, 4)
+    assert "r/ckpt-00000001-000000000003" in racing.inner.list("r/")
+    latest = Run(racing, "r").load_latest()
+    assert latest is not None and latest.step == 3
+
+
+def test_lost_base_is_an_error_not_a_fresh_start() -> None:
+    """If only a zombie's checkpoints survive, resuming refuses instead of starting over."""
+    store = MemoryStore("lost-base")
+    racing = RacingStore(store)
+    a = _attempt(racing, keep=None)
+    for s in (1, 2, 3):
+        _write(a, s)
+    racing.before_put = lambda: _attempt(racing, keep=None)  # B resumes from ckpt-1-3
+    with pytest.raises(FencedError):
+        _write(a, 4)
+    store.delete("r/ckpt-00000001-000000000003")  # the base disappears (e.g. by hand)
+    for name in ("r/ckpt-00000001-000000000001", "r/ckpt-00000001-000000000002"):
+        store.delete(name)
+    with pytest.raises(CheckpointCorruptError, match="ckpt-00000001-000000000003"):
+        Run(store, "r").load_latest()

@@ -32,3 +32,18 @@ def test_resume_lookup_requests_do_not_grow_with_history(
     assert latest is not None and latest.step == history
     # list checkpoints, list epochs, get the newest: three requests
     assert proxy.requests - before == 3
+
+
+def test_botocore_credential_refresh_does_not_draw_from_global_random() -> None:
+    """botocore's instance-metadata refresh jitter uses a private RNG once the S3 store loads."""
+    import random
+
+    import botocore.utils
+
+    import resumable.stores._s3  # noqa: F401  (installs the private generator)
+
+    random.seed(1)
+    before = random.getstate()
+    fetcher = botocore.utils.InstanceMetadataFetcher()
+    fetcher._evaluate_expiration({"expiry_time": "2000-01-01T00:00:00Z"})
+    assert random.getstate() == before

@@ -115,7 +115,7 @@ def get_serializer(spec: str | Serializer) -> Serializer:
 
 
 def dumps_frames(
-    serializer: Serializer, obj: Any, what: str, alloc: Alloc | None = None
+    serializer: Serializer, obj: Any, what: str, alloc: Alloc | None = None, root: str = "state"
 ) -> list[Buffer]:
     """Serialize ``obj``; failures become SerializationError naming the offending part."""
     try:
@@ -127,7 +127,7 @@ def dumps_frames(
     except ConfigurationError:
         raise
     except Exception as err:
-        raise SerializationError(_explain(serializer, obj, what, err)) from err
+        raise SerializationError(_explain(serializer, obj, what, root, err)) from err
 
 
 def loads_frames(serializer: Serializer, frames: Sequence[memoryview]) -> Any:
@@ -162,8 +162,8 @@ def _find_offender(serializer: Serializer, obj: Any, path: str, depth: int = 0) 
     return path, obj
 
 
-def _explain(serializer: Serializer, obj: Any, what: str, err: Exception) -> str:
-    path, offender = _find_offender(serializer, obj, what)
+def _explain(serializer: Serializer, obj: Any, what: str, root: str, err: Exception) -> str:
+    path, offender = _find_offender(serializer, obj, root)
     kind = type(offender)
     message = (
         f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "

@@ -19,6 +19,7 @@ import hashlib
 import http.client
 import logging
 import os
+import random
 import threading
 import uuid
 from collections.abc import Callable
@@ -34,10 +35,16 @@ try:
     import boto3
     import botocore.config
     import botocore.exceptions
+    import botocore.utils
 except ImportError as _err:  # pragma: no cover - the registry turns this into a hint
     raise ImportError("s3:// stores need boto3: pip install 'resumable[s3]'") from _err
 
 log = logging.getLogger("resumable")
+
+# botocore draws jitter from the global `random` when it refreshes EC2 instance-profile
+# credentials (botocore.utils, about hourly on the upload thread). capture_rng owns that
+# generator, so botocore gets a private one: a resumed run stays bit-identical.
+botocore.utils.random = random.Random()  # type: ignore[attr-defined]
 
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 8 * MiB
