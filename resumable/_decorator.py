@@ -6,6 +6,7 @@ import functools
 import inspect
 import logging
 import os
+import random
 import signal
 import threading
 import time
@@ -51,6 +52,28 @@ def _signing_key(value: bytes | str | None) -> bytes | None:
             "(e.g. `openssl rand -hex 32`)"
         )
     return value
+
+
+_jitter = random.Random()  # private: the global generator belongs to the body
+
+
+def _restart_pause(failure: int) -> None:
+    """In-process restarts happen at once unless $RESUMABLE_RESTART_BACKOFF (seconds) is set.
+
+    Then the n-th restart of a generation waits backoff * 2**(n-1) (at most 60 s), with
+    jitter, e.g. for a body that calls a rate-limited service.
+    """
+    raw = os.environ.get("RESUMABLE_RESTART_BACKOFF", "")
+    if not raw:
+        return
+    try:
+        base = float(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"$RESUMABLE_RESTART_BACKOFF={raw!r} must be a number of seconds, e.g. 0.5"
+        ) from None
+    if base > 0:
+        time.sleep(min(60.0, base * 2 ** (failure - 1)) * _jitter.uniform(0.5, 1.0))
 
 
 def _upload_duty() -> float:
@@ -350,6 +373,7 @@ class _Execution:
                             and failures < self.opts.restarts):
                         failures += 1
                         gen.close()
+                        _restart_pause(failures)
                         state, step = self._restart_point(resumed)
                         log.warning("run %s: body raised %s: %s; restart %d of %d from step %d",
                                     run.where(), type(err).__name__, err, failures,

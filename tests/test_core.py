@@ -583,3 +583,23 @@ def test_result_that_cannot_be_loaded_names_the_record(memory_url: str) -> None:
     run.store.put(run.key(RESULT), run._encode(RESULT, [payload], "result", "pickle"))
     with pytest.raises(SerializationError, match=f"{evolve.run_id(2)}/result"):
         evolve(2)
+
+
+def test_restart_backoff_is_configurable_and_leaves_global_random(
+    memory_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$RESUMABLE_RESTART_BACKOFF pauses restarts, with jitter from a private generator."""
+    import time
+
+    monkeypatch.setenv("RESUMABLE_RESTART_BACKOFF", "0.05")
+    random.seed(0)
+    np.random.seed(0)
+    faults = Faults(crash_at={2})
+    evolve = make_evolve(faults, store=memory_url, restarts=1)
+    started = time.monotonic()
+    assert evolve(4) == reference(4)  # bit-identical: the jitter did not touch random
+    assert time.monotonic() - started >= 0.025  # the pause happened (lower bound only)
+    monkeypatch.setenv("RESUMABLE_RESTART_BACKOFF", "soon")
+    faults2 = Faults(crash_at={2})
+    with pytest.raises(ConfigurationError, match="RESUMABLE_RESTART_BACKOFF"):
+        make_evolve(faults2, store=memory_url + "-2", restarts=1)(4)
