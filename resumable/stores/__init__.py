@@ -11,7 +11,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from .._errors import ConfigurationError
-from ._base import Payload, Store, join_payload, payload_size
+from ._base import Payload, Store, SupportsHead, head_of, join_payload, payload_size
 
 # scheme -> "module:factory" (imported lazily) or a factory taking the URL.
 _registry: dict[str, str | Callable[[str], Store]] = {
@@ -58,6 +58,10 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     if scheme not in _registry:
         known = ", ".join(f"{s}://" for s in sorted(_registry))
         raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
+    if scheme == "s3" and not urlsplit(text).netloc:
+        raise ConfigurationError(
+            f"store URL {text!r} names no bucket; it must look like s3://bucket/prefix"
+        )
     if scheme == "file":
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
@@ -97,7 +101,9 @@ def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
 __all__ = [
     "Payload",
     "Store",
+    "SupportsHead",
     "default_store_url",
+    "head_of",
     "join_payload",
     "normalize_url",
     "open_store",
