@@ -133,12 +133,29 @@ def encode(
     return [bytes(header), *views]
 
 
-def read_header(data: Buffer) -> Header:
-    """Parse and bounds-check the header; raises InvalidObject. Does not check the digest."""
+def header_length(prefix: Buffer) -> int | None:
+    """The header length a prefix of an object announces, unchecked; None if too short."""
+    view = memoryview(prefix).cast("B")
+    if view.nbytes < _FIXED.size:
+        return None
+    length: int = _FIXED.unpack_from(view)[3]
+    return length
+
+
+def read_header(data: Buffer, size: int | None = None) -> Header:
+    """Parse and bounds-check the header; raises InvalidObject. Does not check the digest.
+
+    ``data`` is the whole object, or with ``size`` (the whole object's length) a prefix
+    of it that holds at least the header (``header_length`` tells how much that is).
+    """
     view = memoryview(data).cast("B")
-    n = view.nbytes
+    n = view.nbytes if size is None else size
+    if view.nbytes > n:
+        raise ValueError(f"a prefix of {view.nbytes} bytes is longer than the object ({n})")
     if n < _FIXED.size:
         raise InvalidObject(f"too short ({n} bytes) to be a resumable object")
+    if view.nbytes < _FIXED.size:
+        raise ValueError(f"a prefix of {view.nbytes} bytes cannot hold a header")
     magic, version, flags, header_len, step, epoch, created, payload_len, _, _ = _FIXED.unpack_from(
         view
     )
@@ -150,6 +167,8 @@ def read_header(data: Buffer) -> Header:
         raise InvalidObject(f"unknown flags {flags:#x}")
     if not _FIXED.size + 7 <= header_len <= min(n, MAX_HEADER):
         raise InvalidObject(f"header length {header_len} out of range for a {n}-byte object")
+    if header_len > view.nbytes:
+        raise ValueError(f"the header needs {header_len} bytes; only {view.nbytes} were read")
     if payload_len != n - header_len:
         raise InvalidObject(
             f"truncated or padded: header says {payload_len} payload bytes, "

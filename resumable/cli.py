@@ -17,15 +17,19 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from . import __version__, _format
+from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
-from .stores import Store, default_store_url, open_store
+from .stores import Store, default_store_url, head_of, open_store
 
 PROG = "resumable"
 KEY_ENV = "RESUMABLE_SIGNING_KEY"
 EXIT_FAILURE = 1
 EXIT_NOT_FOUND = 66  # EX_NOINPUT: the run is not in the store
+# What `ls` and `show` read of an object: enough for the header of any object with up
+# to ~8000 frames; a longer header is read in a second request.
+HEAD_BYTES = 64 * 1024
 
 
 class CliError(Exception):
@@ -56,19 +60,51 @@ class ObjectInfo:
     created: str | None = None
     serializer: str | None = None
     signed: bool | None = None
-    verified: bool = False
+    # True: checksum (and signature, with a key) checked; False: failed;
+    # None: only the header was read and parsed (`ls`, `show` without --verify).
+    verified: bool | None = False
     signature_checked: bool = False
     problem: str | None = None
     tampered: bool = False
 
 
-def _inspect(store: Store, run_id: str, name: str, key: bytes | None) -> ObjectInfo:
-    data = store.get(f"{run_id}/{name}")
-    if data is None:  # deleted (retention of a live run) between the listing and now
-        return ObjectInfo(name, _kind_of(name) or "?", 0, problem="disappeared while reading")
-    info = ObjectInfo(name, _kind_of(name) or "?", memoryview(data).nbytes)
+def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, int] | None:
+    """A prefix of the object that holds its header (when it is one), and its size."""
+    found = head_of(store, key, HEAD_BYTES)
+    if found is None:
+        return None
+    need = _format.header_length(found[0])
+    if need is not None and len(found[0]) < need <= min(found[1], _format.MAX_HEADER):
+        found = head_of(store, key, need)  # a header with thousands of frames
+        if found is None:
+            return None
+        again = _format.header_length(found[0])
+        if again is not None and len(found[0]) < again <= min(found[1], _format.MAX_HEADER):
+            data = store.get(key)  # replaced in between by one with a longer header
+            return None if data is None else (data, memoryview(data).nbytes)
+    return found
+
+
+def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
+             full: bool = True) -> ObjectInfo:
+    """The object's header fields; with ``full``, download it and verify it completely.
+
+    Without ``full`` only the head of the object is read (``Store.head``), so listing a
+    run of 512 MiB checkpoints costs a few KiB each; ``verified`` is then None.
+    """
+    kind = _kind_of(name) or "?"
+    found: tuple[bytes | bytearray | memoryview, int] | None
+    if full:
+        whole = store.get(f"{run_id}/{name}")
+        found = None if whole is None else (whole, memoryview(whole).nbytes)
+    else:
+        found = _read_head(store, f"{run_id}/{name}")
+    if found is None:  # deleted (retention of a live run) between the listing and now
+        return ObjectInfo(name, kind, 0, problem="disappeared while reading")
+    data, size = found
+    info = ObjectInfo(name, kind, size)
     try:
-        header = _format.read_header(data)
+        header = _format.read_header(data, size)
     except _format.InvalidObject as err:
         info.problem = err.reason
         return info
@@ -76,6 +112,9 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None) -> ObjectI
     info.step, info.epoch = header.step, header.epoch
     info.created = datetime.fromtimestamp(header.created, UTC).isoformat(timespec="seconds")
     info.serializer, info.signed = header.serializer, header.signed
+    if not full:
+        info.verified = None
+        return info
     try:
         _format.decode(data, key=key, kind=_kind_of(name) or None, name=f"{run_id}/{name}")
     except _format.InvalidObject as err:
@@ -106,8 +145,11 @@ def _require_run(store: Store, run_id: str) -> list[str]:
 
 
 def _signing_key(env_name: str) -> bytes | None:
+    """The key in ``$env_name``, accepted exactly as the decorator accepts it."""
     value = os.environ.get(env_name)
-    return value.encode() if value else None
+    # Unset or empty means no key, as for $RESUMABLE_SIGNING_KEY in the library; the
+    # library's own fallback to $RESUMABLE_SIGNING_KEY must not apply to another name.
+    return _parse_signing_key(value) if value else None
 
 
 def _age(created: str | None) -> str:
@@ -150,7 +192,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpts = sorted(n for n in names if parse_ckpt_name(n) is not None)
-        newest = _inspect(store, run_id, ckpts[-1], None) if ckpts else None
+        newest = _inspect(store, run_id, ckpts[-1], None, full=False) if ckpts else None
         rows.append({
             "run_id": run_id,
             "checkpoints": len(ckpts),
@@ -182,6 +224,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def _verified_text(info: ObjectInfo) -> str:
     if info.problem:
         return f"NO: {info.problem}"
+    if info.verified is None:
+        return "ok"  # the HEADER column: it parses and its lengths match the size
     if info.signed and not info.signature_checked:
         return f"checksum (set ${KEY_ENV} to check the signature)"
     return "yes"
@@ -190,8 +234,8 @@ def _verified_text(info: ObjectInfo) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     names = _require_run(store, args.run_id)
-    key = _signing_key(args.signing_key_env)
-    infos = [_inspect(store, args.run_id, n, key) for n in names]
+    key = _signing_key(args.signing_key_env) if args.verify else None
+    infos = [_inspect(store, args.run_id, n, key, full=args.verify) for n in names]
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
                           "objects": [asdict(i) for i in infos]}, indent=2))
@@ -199,7 +243,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"run {args.run_id} in {store.url}")
     print(_table(
         ["OBJECT", "KIND", "STEP", "EPOCH", "CREATED (UTC)", "BYTES", "SERIALIZER", "SIGNED",
-         "VERIFIED"],
+         "VERIFIED" if args.verify else "HEADER"],
         [[i.name, i.kind, i.step if i.step is not None and i.kind == "ckpt" else "-",
           "-" if i.epoch is None else i.epoch,
           (i.created or "-").replace("+00:00", ""), i.bytes, i.serializer or "-",
@@ -277,8 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
-        ("ls", "list the runs in a store, one row each", cmd_ls),
-        ("show", "list a run's objects with their headers (nothing is unpickled)", cmd_show),
+        ("ls", "list the runs in a store, one row each (reads the newest checkpoint's "
+               "header, not the whole object; `verify` checks a run fully)", cmd_ls),
+        ("show", "list a run's objects with their headers, reading only the headers; "
+                 "--verify downloads and verifies every object too (nothing is unpickled)",
+         cmd_show),
         ("verify", "check every object of a run (header, checksum, signature); "
                    "exit non-zero if any fails", cmd_verify),
         ("rm", "delete a run (its checkpoints, attempts and result)", cmd_rm),
@@ -291,6 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("run_id", metavar="RUN_ID", help="the run (see `resumable ls`)")
         if name in ("ls", "show"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "show":
+            p.add_argument("--verify", action="store_true",
+                           help="download every object and verify it as `verify` does "
+                                "(VERIFIED column); without it only headers are read, the "
+                                "HEADER column says whether each one parses, and --json "
+                                "gives verified: null")
         if name in ("show", "verify"):
             _key_arg(p)
         if name == "rm":

@@ -10,10 +10,17 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from resumable import checkpointed
-from resumable._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED
+from resumable import _format, checkpointed
+from resumable import cli as resumable_cli
+from resumable._decorator import _signing_key as library_signing_key
+from resumable._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ConfigurationError
+from resumable.stores import Payload, Store
+from resumable.stores import _registry as stores_registry
+from resumable.stores._local import LocalStore
+from resumable.stores._memory import MemoryStore
 
 SCRIPT = Path(sys.executable).with_name("resumable")
 KEY = "k" * 32
@@ -124,17 +131,35 @@ def test_ls_empty_store(tmp_path: Path) -> None:
 
 
 def test_show_lists_objects_with_headers(store: Path) -> None:
-    """show --json gives each object's kind, step, serializer and verification."""
+    """show --json gives each object's kind, step and serializer; verified is null
+    (only headers were read) unless --verify downloads and verifies every object."""
     proc = cli("show", str(store), "done", "--json")
     assert proc.returncode == 0, proc.stderr
     objects = {o["name"]: o for o in json.loads(proc.stdout)["objects"]}
     ckpts = [o for o in objects.values() if o["kind"] == "ckpt"]
     steps = [o["step"] for o in ckpts]
     assert steps == sorted(steps) and steps[-1] == 5
-    assert all(o["serializer"] == "pickle" and o["verified"] and not o["signed"] for o in ckpts)
+    assert all(o["serializer"] == "pickle" and not o["signed"] for o in ckpts)
+    assert all(o["verified"] is None and o["problem"] is None for o in objects.values())
     assert objects["result"]["kind"] == "result"
+    verified = json.loads(cli("show", str(store), "done", "--json", "--verify").stdout)
+    assert all(o["verified"] is True for o in verified["objects"])
+    assert [o["bytes"] for o in verified["objects"]] == [o["bytes"] for o in objects.values()]
+
+
+def test_show_table_names_what_it_checked(store: Path) -> None:
+    """The last column is HEADER without --verify and VERIFIED with it."""
     table = cli("show", str(store), "done")
-    assert table.returncode == 0 and "ckpt-00000001-000000000005" in table.stdout
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()[1:]
+    assert header.split()[-1] == "HEADER" and "VERIFIED" not in header
+    assert "ckpt-00000001-000000000005" in table.stdout
+    assert rows and all(row.split()[-1] == "ok" for row in rows)
+    full = cli("show", str(store), "done", "--verify")
+    assert full.returncode == 0, full.stderr
+    header, *rows = full.stdout.splitlines()[1:]
+    assert header.split()[-1] == "VERIFIED" and "HEADER" not in header
+    assert rows and all(row.split()[-1] == "yes" for row in rows)
 
 
 def test_show_with_one_positional_takes_it_as_the_run_id(store: Path) -> None:
@@ -163,8 +188,11 @@ def test_verify_fails_and_names_a_corrupted_checkpoint(store: Path) -> None:
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and victim.name in failed[0] and "checksum" in failed[0]
     assert victim.name in proc.stderr and "Traceback" not in proc.stderr
-    shown = json.loads(cli("show", str(store), "done", "--json").stdout)["objects"]
+    shown = json.loads(cli("show", str(store), "done", "--json", "--verify").stdout)["objects"]
     assert [o["name"] for o in shown if not o["verified"]] == [victim.name]
+    # Without --verify only headers are read: payload damage is not seen, and not claimed.
+    headers = json.loads(cli("show", str(store), "done", "--json").stdout)["objects"]
+    assert all(o["verified"] is None and o["problem"] is None for o in headers)
 
 
 def test_verify_checks_signatures_with_the_key(tmp_path: Path) -> None:
@@ -230,3 +258,189 @@ def test_usage_errors_are_one_line() -> None:
         proc = cli(*args)
         assert_one_line_error(proc)
         assert "--help" in proc.stderr
+
+
+# -- ls and show read headers, not whole objects ------------------------------------
+
+MiB = 1024 * 1024
+
+
+class CountingStore:
+    """A local store that counts the bytes handed out by get() and head()."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.got = 0
+        self.headed = 0
+        self.head_calls = 0
+
+    def put(self, key: str, data: Payload) -> None:
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        return self.inner.put_if_absent(key, data)
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        data = self.inner.get(key)
+        self.got += 0 if data is None else memoryview(data).nbytes
+        return data
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        found = self.inner.head(key, n)  # type: ignore[attr-defined]
+        self.head_calls += 1
+        self.headed += 0 if found is None else len(found[0])
+        return found  # type: ignore[no-any-return]
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def conditional_writes(self) -> bool:
+        return True
+
+
+class GetOnlyStore(CountingStore):
+    """A third-party store without the optional head(): the CLI falls back to get()."""
+
+    head = None  # type: ignore[assignment]
+
+
+def big_states(n: int, *, state: np.ndarray | None = None) -> Generator[np.ndarray, None, int]:
+    """Each state is 4 MiB of float64, so each checkpoint is a multi-MiB object."""
+    step = 0 if state is None else int(state[0])
+    while step < n:
+        step += 1
+        yield np.full(512 * 1024, step, dtype=np.float64)
+    return step
+
+
+@pytest.fixture
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[CountingStore]:
+    """counting://x and getonly://x open the local store at tmp_path/store, counted.
+
+    The run 'big' there has checkpoints of 4 MiB each (one to three: uploads coalesce).
+    The list collects the stores the CLI opened, so a test can read their counters.
+    """
+    root = tmp_path / "store"
+    checkpointed(store=str(root), run_id="big", keep=None, every=1)(big_states)(3)
+    opened: list[CountingStore] = []
+    for scheme, cls in (("counting", CountingStore), ("getonly", GetOnlyStore)):
+        def open_(url: str, cls: type[CountingStore] = cls) -> CountingStore:
+            store = cls(LocalStore(root))
+            opened.append(store)
+            return store
+
+        monkeypatch.setitem(stores_registry, scheme, open_)  # removed again at teardown
+    return opened
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    code = resumable_cli.main(list(argv))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return out.out
+
+
+def test_ls_and_show_read_only_headers(
+    counted: list[CountingStore], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ls and show read a 64 KiB head of each object, not the 4 MiB checkpoints;
+    show --verify and verify download every object in full."""
+    out = run_main(capsys, "ls", "counting://x")
+    ls_store = counted[-1]
+    assert "big" in out and "4.0 MiB" in out
+    assert ls_store.got == 0 and 0 < ls_store.headed <= resumable_cli.HEAD_BYTES
+
+    out = run_main(capsys, "show", "counting://x", "big")
+    show_store = counted[-1]
+    names = show_store.list("big/")
+    assert show_store.got == 0 and show_store.head_calls == len(names)
+    assert show_store.headed <= len(names) * resumable_cli.HEAD_BYTES
+    assert out.splitlines()[1].split()[-1] == "HEADER"
+
+    everything = sum(len(show_store.inner.get(k) or b"") for k in names)
+    assert everything > 4 * MiB > 16 * show_store.headed
+    for argv in (["show", "counting://x", "big", "--verify"], ["verify", "counting://x", "big"]):
+        run_main(capsys, *argv)
+        full = counted[-1]
+        assert full.got == everything and full.head_calls == 0, argv
+
+
+def test_ls_and_show_fall_back_to_get_without_head(
+    counted: list[CountingStore], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store without head() gives the same output, through whole gets."""
+    expected_ls = run_main(capsys, "ls", "counting://x", "--json")
+    expected_show = run_main(capsys, "show", "counting://x", "big", "--json")
+    assert run_main(capsys, "ls", "getonly://x", "--json") == expected_ls.replace(
+        "counting://x", "getonly://x")
+    assert counted[-1].got >= 4 * MiB  # the newest checkpoint, in full
+    assert run_main(capsys, "show", "getonly://x", "big", "--json") == expected_show.replace(
+        "counting://x", "getonly://x")
+
+
+def test_a_header_longer_than_the_first_read_is_read_in_full(memory_url: str) -> None:
+    """An object with more frames than fit in HEAD_BYTES: a second head() reads the rest."""
+    name = "run/ckpt-00000001-000000000001"
+    frames = [b"x"] * 9000  # 8 bytes per frame in the header: ~72 KiB
+    payload = _format.encode(frames, kind="ckpt", serializer="pickle", step=1, epoch=1,
+                             created=1.0, name=name)
+    assert memoryview(payload[0]).nbytes > resumable_cli.HEAD_BYTES
+    store = CountingStore(MemoryStore(memory_url.split("://")[1]))
+    store.put(name, payload)
+    info = resumable_cli._inspect(store, "run", name.split("/")[1], None, full=False)
+    assert info.problem is None and info.step == 1 and info.verified is None
+    assert info.bytes == memoryview(payload[0]).nbytes + 9000
+    assert store.got == 0 and store.head_calls == 2
+
+
+def test_show_reports_a_damaged_header_without_verify(store: Path) -> None:
+    """A truncated object fails the header check (its lengths no longer add up)."""
+    victim = store / "done" / "ckpt-00000001-000000000005"
+    victim.write_bytes(victim.read_bytes()[:-1])
+    objects = json.loads(cli("show", str(store), "done", "--json").stdout)["objects"]
+    bad = [o for o in objects if o["problem"]]
+    assert [o["name"] for o in bad] == [victim.name] and bad[0]["verified"] is False
+    assert "truncated" in bad[0]["problem"]
+    row = [line for line in cli("show", str(store), "done").stdout.splitlines()
+           if line.startswith(victim.name)]
+    assert "NO: truncated" in row[0]
+
+
+# -- the signing key: exactly the library's rules -----------------------------------
+
+
+@pytest.mark.parametrize("value", ["k" * 16, "k" * 64, "ключ" * 4, "k" * 15, "short", "é" * 7])
+def test_cli_accepts_exactly_the_keys_the_library_accepts(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI parses $NAME with the decorator's function: same keys, same error."""
+    monkeypatch.setenv("SOME_KEY", value)
+    try:
+        expected: bytes | None = library_signing_key(value)
+    except ConfigurationError as err:
+        with pytest.raises(ConfigurationError) as info:
+            resumable_cli._signing_key("SOME_KEY")
+        assert str(info.value) == str(err)
+    else:
+        assert resumable_cli._signing_key("SOME_KEY") == expected
+
+
+def test_cli_signing_key_unset_or_empty_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unset or empty variable is no key; another variable is never consulted."""
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", KEY)
+    monkeypatch.delenv("OLD_KEY", raising=False)
+    assert resumable_cli._signing_key("OLD_KEY") is None
+    monkeypatch.setenv("OLD_KEY", "")
+    assert resumable_cli._signing_key("OLD_KEY") is None
+    assert resumable_cli._signing_key("RESUMABLE_SIGNING_KEY") == KEY.encode()
+
+
+def test_verify_refuses_a_short_key_in_one_line(store: Path) -> None:
+    """A key under 16 bytes is a configuration error (exit 78), not a silent check."""
+    proc = cli("verify", str(store), "done", key="k" * 15)
+    assert_one_line_error(proc)
+    assert proc.returncode == EXIT_CONFIG and "at least 16 bytes" in proc.stderr

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resumable.stores import Store, open_store
+from resumable import _format
+from resumable.stores import Store, SupportsHead, open_store
 from resumable.stores._local import TMP_PREFIX, LocalStore
 from resumable.stores._memory import MemoryStore
 
@@ -232,6 +233,41 @@ class TestStoreContract:
         assert store.list("") == []
         store.put("run/ckpt-3", [b"3"])  # the run's folder can be used again
         assert store.list("run/") == ["run/ckpt-3"]
+
+    def test_head_prefix_and_size(self, store: Store) -> None:
+        """head(key, n): the first n bytes (fewer when shorter) and the total size."""
+        frames = [bytes(range(256)) * 300, b"", np.arange(5000, dtype=np.float64).tobytes()]
+        payload = _format.encode(frames, kind="ckpt", serializer="pickle", step=3, epoch=1,
+                                 created=1.0, name="run/ckpt-00000001-000000000003")
+        whole = b"".join(bytes(memoryview(b)) for b in payload)
+        store.put("run/ckpt-00000001-000000000003", payload)
+        assert isinstance(store, SupportsHead)
+        for n in (1, 100, 64 * 1024, len(whole) - 1, len(whole)):
+            got = store.head("run/ckpt-00000001-000000000003", n)
+            assert got is not None
+            assert _blob(got[0]) == whole[:n] and got[1] == len(whole), n
+        prefix, size = store.head("run/ckpt-00000001-000000000003", 64 * 1024)  # type: ignore[misc]
+        header = _format.read_header(prefix, size)
+        assert header.step == 3 and header.frame_lengths == tuple(len(f) for f in frames)
+        # n beyond the end: the whole object; n = 0: just the size
+        got = store.head("run/ckpt-00000001-000000000003", len(whole) + 10**6)
+        assert got is not None and (_blob(got[0]), got[1]) == (whole, len(whole))
+        got = store.head("run/ckpt-00000001-000000000003", 0)
+        assert got is not None and _blob(got[0]) == b"" and got[1] == len(whole)
+
+    def test_head_small_empty_and_missing(self, store: Store) -> None:
+        """head() on a 1-byte object, a 0-byte object, and a missing key (None)."""
+        assert isinstance(store, SupportsHead)
+        store.put("run/one", [b"\x07"])
+        store.put("run/zero", [b""])
+        got = store.head("run/one", 64 * 1024)
+        assert got is not None and (_blob(got[0]), got[1]) == (b"\x07", 1)
+        for n in (0, 1, 64 * 1024):
+            got = store.head("run/zero", n)
+            assert got is not None and (_blob(got[0]), got[1]) == (b"", 0), n
+        assert store.head("run/missing", 10) is None
+        assert store.head("run", 10) is None  # a 'folder' of other keys is no object
+        assert store.head("other/one", 10) is None
 
     @pytest.mark.parametrize(
         "key",

@@ -53,3 +53,28 @@ class Store(Protocol):
 
     def conditional_writes(self) -> bool:
         """True when ``put_if_absent`` is enforced by the storage itself."""
+
+
+@runtime_checkable
+class SupportsHead(Protocol):
+    """An optional store method, kept out of ``Store`` so a store without it still is one.
+
+    The ``resumable`` command reads object headers with it (``ls``, ``show``) instead of
+    downloading whole objects, and falls back to ``get`` on a store that lacks it
+    (``head_of`` below). The bundled stores all implement it.
+    """
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        """The object's first ``n`` bytes (all of it when shorter) and its total size
+        in bytes, or None when there is no such object."""
+
+
+def head_of(store: Store, key: str, n: int) -> tuple[bytes, int] | None:
+    """``store.head(key, n)`` where the store has it, else a whole ``get`` cut to ``n``."""
+    if isinstance(store, SupportsHead):
+        return store.head(key, n)
+    data = store.get(key)
+    if data is None:
+        return None
+    view = memoryview(data).cast("B")
+    return bytes(view[:n]), view.nbytes

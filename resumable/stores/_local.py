@@ -104,6 +104,16 @@ class LocalStore:
         except OSError as err:
             raise self._fail("reading", key, err) from err
 
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                return f.read(max(0, n)), size
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as err:
+            raise self._fail("reading", key, err) from err
+
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         folder = prefix.rpartition("/")[0]
         found: list[str] = []

@@ -42,6 +42,11 @@ class MemoryStore:
         # A private, writable copy, as a download would give.
         return None if blob is None else bytearray(blob)
 
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        with _lock:
+            blob = self._objects.get(key)
+        return None if blob is None else (blob[: max(0, n)], len(blob))
+
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         with _lock:
             keys = sorted(k for k in self._objects if k.startswith(prefix))

@@ -595,6 +595,55 @@ class S3Store:
                 future.result()
         return buffer
 
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        """The first ``n`` bytes and the total size in one ranged GET (the CLI's headers)."""
+        full = self._key(key)
+
+        def size_only() -> tuple[bytes, int] | None:
+            size = self._size_of(full)
+            return None if size is None else (b"", size)
+
+        def attempt() -> tuple[bytes, int] | None:
+            if n < 1:
+                return size_only()  # no valid Range asks for nothing
+            try:
+                response = self._client.get_object(
+                    Bucket=self.bucket, Key=full, Range=f"bytes=0-{n - 1}"
+                )
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc)
+                if code in ("NoSuchKey", "NotFound"):
+                    return None
+                if status == 404 and code in (None, "", "404"):
+                    # As in _get_once: a cut-off error body, not a missing object.
+                    raise http.client.IncompleteRead(b"") from exc
+                if code == "InvalidRange" or status == 416:
+                    # Ranges are invalid on empty objects only; a HEAD tells the size.
+                    found = size_only()
+                    if found is not None and found[1] > 0:
+                        # Replaced by a non-empty object in between: ask again.
+                        raise http.client.IncompleteRead(b"") from exc
+                    return found
+                raise
+            length = int(response["ContentLength"])
+            total: int | None = length  # no ContentRange: the server sent the whole object
+            content_range = response.get("ContentRange")
+            if content_range and "/" in content_range:
+                tail = content_range.rsplit("/", 1)[1]
+                total = int(tail) if tail.isdigit() else None
+            # Read no more than asked for, even from a server that ignored the Range.
+            chunk = bytearray(min(length, n))
+            _read_exactly(response["Body"], memoryview(chunk))
+            if total is None:  # "bytes 0-x/*": the size is unknown to this response
+                found = size_only()
+                if found is None:
+                    return None
+                total = found[1]
+            return bytes(chunk), total
+
+        result: tuple[bytes, int] | None = self._call("head", key, attempt)
+        return result
+
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         keys: list[str] = []
         token: str | None = None
