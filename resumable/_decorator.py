@@ -77,14 +77,16 @@ def _restart_pause(failure: int) -> None:
 
 
 def _upload_duty() -> float:
-    raw = os.environ.get("RESUMABLE_UPLOAD_DUTY", "0.5")
+    raw = os.environ.get("RESUMABLE_UPLOAD_DUTY", "")
+    if not raw:
+        return 1 / 3
     try:
         duty = float(raw)
     except ValueError:
         duty = -1.0
     if not 0 < duty <= 1:
         raise ConfigurationError(
-            f"$RESUMABLE_UPLOAD_DUTY={raw!r} must be a number in (0, 1], e.g. 0.5"
+            f"$RESUMABLE_UPLOAD_DUTY={raw!r} must be a number in (0, 1], e.g. 0.33"
         )
     return duty
 
