@@ -26,9 +26,11 @@ The generation time is scaled down from the article's 10 s (default 50 ms, --gen
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,10 +55,24 @@ def completed_generation(store: str, run_id: str) -> int:
 
 
 def run_pod(args: list[str]) -> dict[str, Any]:
+    """One pod: the GA in a child process; its wall time, output and peak RSS (wait4)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(GA), *args], capture_output=True, text=True,
-                          env=_common.child_env(), timeout=600)
+    child = subprocess.Popen([sys.executable, str(GA), *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=_common.child_env())
+    streams: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: streams.__setitem__(n, f.read()))
+               for n, f in (("out", child.stdout), ("err", child.stderr))]
+    for r in readers:
+        r.start()
+    # wait4 rather than wait: it also returns the child's own resource usage.
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    for r in readers:
+        r.join(timeout=600)
     wall = time.perf_counter() - t0
+    proc = subprocess.CompletedProcess(child.args, child.returncode, streams.get("out", ""),
+                                       streams.get("err", ""))
+    peak_rss = usage.ru_maxrss * 1024  # Linux reports KiB
     summary = None
     run_id = None
     for line in proc.stdout.splitlines():
@@ -65,7 +81,7 @@ def run_pod(args: list[str]) -> dict[str, Any]:
         elif line.startswith("run ") and " in " in line:
             run_id = line.split()[1]
     return {"returncode": proc.returncode, "wall": wall, "summary": summary, "run_id": run_id,
-            "stdout": proc.stdout, "stderr": proc.stderr[-2000:]}
+            "stdout": proc.stdout, "stderr": proc.stderr[-2000:], "peak_rss": peak_rss}
 
 
 def scenario(mode: str, checkpoint: bool, failures: list[int], generations: int,
@@ -97,7 +113,7 @@ def scenario(mode: str, checkpoint: bool, failures: list[int], generations: int,
             assert pod["summary"]["resumed_from"] == start, (pod["summary"], start)
         pods.append({"attempt": attempt + 1, "started_at": start, "failed_at": crash_at,
                      "generations_run": ran, "wall_seconds": pod["wall"],
-                     "returncode": pod["returncode"],
+                     "returncode": pod["returncode"], "peak_rss": pod["peak_rss"],
                      "best_fitness": pod["summary"]["best_fitness"] if pod["summary"] else None})
         if crash_at is None:
             break
@@ -113,6 +129,7 @@ def scenario(mode: str, checkpoint: bool, failures: list[int], generations: int,
         "startup_seconds_per_pod": (wall - total_gens * gen_time) / len(pods),
         "article_scale_seconds": total_gens * ARTICLE["generation_seconds"],
         "best_fitness": pods[-1]["best_fitness"],
+        "peak_rss_mib": max(p["peak_rss"] for p in pods) / 2**20,
         "schedule": " + ".join(
             f"{p['started_at'] + 1}..{p['failed_at'] or generations}"
             f"({p['generations_run']})" for p in pods),
@@ -168,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 "schedule": runs[0]["schedule"],
                 "startup_seconds_per_pod": median([r["startup_seconds_per_pod"] for r in runs]),
                 "best_fitness": sorted({r["best_fitness"] for r in runs}),
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
             }
         nc, ck = per["no_checkpoint"], per["checkpoint"]
         for row in (nc, ck):
@@ -204,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['generations_median']:.0f}", f"{r['wall_seconds_median']:.2f} s",
                       ratio, f"{r['startup_seconds_per_pod']:.2f} s",
                       f"{r['article_scale_seconds']:,.0f} s",
-                      f"{article['generations']} ({article['seconds']:,} s)"])
+                      f"{article['generations']} ({article['seconds']:,} s)",
+                      f"{r['peak_rss_mib']:.0f} MiB"])
     print(_common.markdown_table(
         ["case, failure", "pods", "generations per pod (from..to)", "generations run",
          "wall time", "time vs no checkpoint", "start-up per pod", "at 10 s / generation",
-         "article"], table))
+         "article", "peak RSS per pod"], table))
     print("\nStart-up per pod = (wall time - generations x generation time) / pods: "
           "interpreter, numpy and store start-up, which the article's count leaves out.")
     print(f"results: {path}")

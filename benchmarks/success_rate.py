@@ -108,8 +108,11 @@ def trial_restarts(trial: int, generations: int, p: float, tries: int) -> bool:
 RUNNERS = {"a": trial_plain, "b": trial_pods, "c": trial_restarts}
 
 
-def _chunk(args: tuple[str, int, int, int, float, int, int]) -> tuple[str, int, int, int, float]:
-    """Run trials [start, start+count) of one case; (case, successes, trials, gens, secs)."""
+def _chunk(
+    args: tuple[str, int, int, int, float, int, int],
+) -> tuple[str, int, int, int, float, int]:
+    """Run trials [start, start+count) of one case: case, successes, trials, generations,
+    seconds, and the worker's peak RSS so far."""
     global GENERATIONS_RUN
     case, start, count, generations, p, tries, seed = args
     logging.getLogger("resumable").setLevel(logging.CRITICAL)  # restarts log warnings
@@ -123,7 +126,7 @@ def _chunk(args: tuple[str, int, int, int, float, int, int]) -> tuple[str, int, 
     for i in range(start, start + count):
         ok += runner(i, generations, p, tries)
         store.clear()  # keep memory flat; run ids are unique per trial anyway
-    return case, ok, count, GENERATIONS_RUN, time.perf_counter() - t0
+    return case, ok, count, GENERATIONS_RUN, time.perf_counter() - t0, _common.peak_rss_bytes()
 
 
 # -- exact values -------------------------------------------------------------------
@@ -189,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append((case, start, min(chunk, trials - start), g, p, tries, args.seed))
 
     t0 = time.perf_counter()
-    totals = {c: {"successes": 0, "trials": 0, "generations": 0, "seconds": 0.0} for c in CASES}
+    totals = {c: {"successes": 0, "trials": 0, "generations": 0, "seconds": 0.0, "rss": 0}
+              for c in CASES}
     ctx = mp.get_context("fork")
     with ctx.Pool(args.workers) as pool:
-        for case, ok, n, gens, secs in pool.imap_unordered(_chunk, jobs):
+        for case, ok, n, gens, secs, rss in pool.imap_unordered(_chunk, jobs):
             t = totals[case]
+            t["rss"] = max(t["rss"], rss)
             t["successes"] += ok
             t["trials"] += n
             t["generations"] += gens
@@ -222,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_seconds": t["seconds"],
             "us_per_generation": per_gen_us,
             "framework_us_per_generation": None if case == "a" else per_gen_us - plain_us,
+            # workers run chunks of every case, so this is the worker's high-water mark
+            # by the time it finished a chunk of this case
+            "worker_peak_rss_mib": t["rss"] / 2**20,
         })
 
     result = {
@@ -242,11 +250,12 @@ def main(argv: list[str] | None = None) -> int:
             _common.fmt_pct(c["rate"]), f"{100 * lo:.2f} - {100 * hi:.2f} %",
             _common.fmt_pct(c["exact"]), "yes" if c["exact_inside_ci"] else "**no**",
             f"{c['generations_per_trial']:.1f}", f"{c['us_per_generation']:.1f}",
+            f"{c['worker_peak_rss_mib']:.0f} MiB",
         ])
     print(f"## Success rate: {g} generations, p = {p} per generation, {tries} tries\n")
     print(_common.markdown_table(
         ["case", "trials", "measured", "95 % CI (Wilson)", "exact", "exact in CI",
-         "generations run / trial", "µs / generation"], rows))
+         "generations run / trial", "µs / generation", "worker peak RSS"], rows))
     print(f"\n{trials:,} trials per case on {args.workers} worker(s) in {wall:.1f} s; "
           f"the decorator costs ~{cases[1]['framework_us_per_generation']:.0f} µs per "
           f"generation on memory:// (case b) over a plain loop.")
