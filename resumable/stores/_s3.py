@@ -176,6 +176,18 @@ def _split_parts(views: list[memoryview], part_size: int) -> list[list[memoryvie
     return parts
 
 
+_EMPTY = object()  # _get_prefix: the object exists and is empty
+
+
+def _range_total(response: Any) -> int | None:
+    """The object's total size from a ranged GET's ContentRange (``bytes 0-x/TOTAL``)."""
+    content_range = response.get("ContentRange")
+    if content_range and "/" in content_range:
+        tail = content_range.rsplit("/", 1)[1]
+        return int(tail) if tail.isdigit() else None
+    return None
+
+
 class _ObjectChanged(Exception):
     """The object was replaced while a ranged download was in progress."""
 
@@ -518,36 +530,35 @@ class S3Store:
             key=key,
         )
 
+    def _get_prefix(self, full: str, n: int) -> Any:
+        """GetObject of bytes 0..n-1: the response, None for a missing key, or _EMPTY."""
+        try:
+            return self._client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes=0-{n - 1}")
+        except botocore.exceptions.ClientError as exc:
+            code, status = error_code(exc)
+            if code in ("NoSuchKey", "NotFound"):
+                return None
+            if status == 404 and code in (None, "", "404"):
+                # A GET's error always names its code; none means the error body was cut
+                # off in transit: ask again rather than call the object missing.
+                raise http.client.IncompleteRead(b"") from exc
+            if code == "InvalidRange" or status == 416:
+                return _EMPTY  # ranges are invalid on empty objects only
+            raise
+
     def _get_once(self, key: str, full: str) -> bytes | bytearray | None:
         first = self.part_size
 
         def head_chunk() -> tuple[bytes, int | None, str | None] | None:
-            try:
-                response = self._client.get_object(
-                    Bucket=self.bucket, Key=full, Range=f"bytes=0-{first - 1}"
-                )
-            except botocore.exceptions.ClientError as exc:
-                code, status = error_code(exc)
-                if code in ("NoSuchKey", "NotFound"):
-                    return None
-                if status == 404 and code in (None, "", "404"):
-                    # A GET's error always names its code; none means the error body
-                    # was cut off in transit: ask again rather than call the bucket missing.
-                    raise http.client.IncompleteRead(b"") from exc
-                if code == "InvalidRange" or status == 416:
-                    # Ranges are invalid on empty objects only.
-                    whole = self._client.get_object(Bucket=self.bucket, Key=full)
-                    return bytes(whole["Body"].read()), None, whole.get("ETag")
-                raise
-            length = int(response["ContentLength"])
-            chunk = bytearray(length)
+            response = self._get_prefix(full, first)
+            if response is None:
+                return None
+            if response is _EMPTY:
+                whole = self._client.get_object(Bucket=self.bucket, Key=full)
+                return bytes(whole["Body"].read()), None, whole.get("ETag")
+            chunk = bytearray(int(response["ContentLength"]))
             _read_exactly(response["Body"], memoryview(chunk))
-            total: int | None = None
-            content_range = response.get("ContentRange")
-            if content_range and "/" in content_range:
-                tail = content_range.rsplit("/", 1)[1]
-                total = int(tail) if tail.isdigit() else None
-            return bytes(chunk), total, response.get("ETag")
+            return bytes(chunk), _range_total(response), response.get("ETag")
 
         found: tuple[bytes, int | None, str | None] | None = self._call("get", key, head_chunk)
         if found is None:
@@ -606,31 +617,18 @@ class S3Store:
         def attempt() -> tuple[bytes, int] | None:
             if n < 1:
                 return size_only()  # no valid Range asks for nothing
-            try:
-                response = self._client.get_object(
-                    Bucket=self.bucket, Key=full, Range=f"bytes=0-{n - 1}"
-                )
-            except botocore.exceptions.ClientError as exc:
-                code, status = error_code(exc)
-                if code in ("NoSuchKey", "NotFound"):
-                    return None
-                if status == 404 and code in (None, "", "404"):
-                    # As in _get_once: a cut-off error body, not a missing object.
-                    raise http.client.IncompleteRead(b"") from exc
-                if code == "InvalidRange" or status == 416:
-                    # Ranges are invalid on empty objects only; a HEAD tells the size.
-                    found = size_only()
-                    if found is not None and found[1] > 0:
-                        # Replaced by a non-empty object in between: ask again.
-                        raise http.client.IncompleteRead(b"") from exc
-                    return found
-                raise
+            response = self._get_prefix(full, n)
+            if response is None:
+                return None
+            if response is _EMPTY:
+                found = size_only()
+                if found is not None and found[1] > 0:
+                    # Replaced by a non-empty object in between: ask again.
+                    raise http.client.IncompleteRead(b"")
+                return found
             length = int(response["ContentLength"])
-            total: int | None = length  # no ContentRange: the server sent the whole object
-            content_range = response.get("ContentRange")
-            if content_range and "/" in content_range:
-                tail = content_range.rsplit("/", 1)[1]
-                total = int(tail) if tail.isdigit() else None
+            # No ContentRange: the server sent the whole object.
+            total = _range_total(response) if response.get("ContentRange") else length
             # Read no more than asked for, even from a server that ignored the Range.
             chunk = bytearray(min(length, n))
             _read_exactly(response["Body"], memoryview(chunk))
