@@ -280,19 +280,22 @@ class _Execution:
         self.bound.arguments[self.opts.state_arg] = state
         return self.fn._func(*self.bound.args, **self.bound.kwargs)
 
+    def _restore_rng(self, saved: _rng.RngState | None) -> bool:
+        if self.opts.capture_rng and saved is not None:
+            _rng.restore(saved)
+            return True
+        return False
+
     def _start(self) -> tuple[Any, int, Checkpoint | None]:
         """Find where to begin: (state, step, checkpoint resumed from)."""
         run = self.run
         latest = run.load_latest()
         run.claim_epoch(latest.key.rsplit("/", 1)[1] if latest else None)
         if latest is not None:
-            if self.opts.capture_rng and latest.rng is not None:
-                _rng.restore(latest.rng)
+            self._restore_rng(latest.rng)
             return latest.state, latest.step, latest
         if self.opts.capture_rng:
-            recorded = run.load_rng_start()
-            if recorded is not None:
-                _rng.restore(recorded)
+            if self._restore_rng(run.load_rng_start()):
                 log.info("run %s: no checkpoint yet; restored the RNG recorded at its fresh "
                          "start, so it replays identically", run.where())
             else:
@@ -300,21 +303,18 @@ class _Execution:
         return None, 0, None
 
     def _restart_point(self, resumed: Checkpoint | None) -> tuple[Any, int]:
+        """Where an in-process restart begins: the last yielded state, else the start."""
         if self.last_snap is not None:
             state, rng = self.run.restore_snapshot(self.last_snap)
-            if self.opts.capture_rng and rng is not None:
-                _rng.restore(rng)
+            self._restore_rng(rng)
             return state, self.last_snap.step
         if resumed is not None:  # the body may have changed the loaded state in place
             again = self.run.load_latest()
             if again is not None:
-                if self.opts.capture_rng and again.rng is not None:
-                    _rng.restore(again.rng)
+                self._restore_rng(again.rng)
                 return again.state, again.step
         if self.opts.capture_rng:
-            recorded = self.run.load_rng_start()
-            if recorded is not None:
-                _rng.restore(recorded)
+            self._restore_rng(self.run.load_rng_start())
         return None, 0
 
     def _progress(self, initial: int) -> Progress:

@@ -116,11 +116,6 @@ class Uploader:
                 self._urgent = False
             self._raise_pending()
 
-    def discard_error(self) -> BaseException | None:
-        with self._cond:
-            err, self._error = self._error, None
-            return err
-
     def close(self) -> None:
         with self._cond:
             self._closed = True
