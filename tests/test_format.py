@@ -267,3 +267,30 @@ def test_signed_checkpoint_copied_from_another_run_is_rejected(
             decode(p.read_bytes(), key=b"correct horse battery staple",
                    name=f"{evolve.run_id(8)}/{p.name}")
         assert info.value.tampered and "copied or renamed" in info.value.reason
+
+
+def test_state_changing_type_between_generations(tmp_path: Path) -> None:
+    """A state may change type; one that becomes unserializable fails clearly, losing nothing."""
+    import threading
+
+    @checkpointed(store=str(tmp_path), keep=None, run_id="shifty")
+    def shifty(*, state: Any = None) -> Any:
+        state = state if state is not None else {"g": 0}
+        while True:
+            g = state["g"] if isinstance(state, dict) else state[0]
+            if g == 2:
+                state = (3, "now a tuple")  # a harmless change of type
+            elif g == 4:
+                state = {"g": 5, "lock": threading.Lock()}  # no serializer can take this
+            else:
+                state = {"g": g + 1}
+            yield state
+
+    from resumable import SerializationError
+
+    with pytest.raises(SerializationError, match=r"state\['lock'\] is a _thread.lock"):
+        shifty()
+    run = Run(open_store(str(tmp_path)), "shifty")
+    latest = run.load_latest()
+    assert latest is not None and latest.state == {"g": 4}  # everything before is intact
+    assert [int(n.rsplit("-", 1)[1]) for n in run.checkpoint_names()] == [1, 2, 3, 4]
