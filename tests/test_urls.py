@@ -42,6 +42,8 @@ def test_memory_urls_open(url: str) -> None:
         ("file://host/x", "absolute path"),
         ("ftp://x/y", "unknown scheme ftp"),
         ("s3://bucket/\x07", "control characters"),
+        ("S3://[", "malformed"),  # found by Hypothesis: urlsplit's IPv6 ValueError
+        ("~no-such-user-4f1/ckpt", "cannot be used"),  # found by Hypothesis: ~user
     ],
 )
 def test_malformed_urls_name_the_problem(text: str, fragment: str) -> None:

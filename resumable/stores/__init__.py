@@ -53,17 +53,23 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
                 f"store URL {text!r} is malformed; expected scheme://..., "
                 "e.g. s3://bucket/prefix or file:///abs/path"
             )
-        return Path(text).expanduser().resolve().as_uri()
+        try:
+            return Path(text).expanduser().resolve().as_uri()
+        except (RuntimeError, ValueError, OSError) as err:  # "~nobody", NUL bytes, ...
+            raise ConfigurationError(f"store path {text!r} cannot be used: {err}") from None
     scheme = m.group(1).lower()
+    try:
+        parts = urlsplit(text)
+    except ValueError as err:  # e.g. an unbalanced '[' reads as a broken IPv6 host
+        raise ConfigurationError(f"store URL {text!r} is malformed: {err}") from None
     if scheme not in _registry:
         known = ", ".join(f"{s}://" for s in sorted(_registry))
         raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
-    if scheme == "s3" and not urlsplit(text).netloc:
+    if scheme == "s3" and not parts.netloc:
         raise ConfigurationError(
             f"store URL {text!r} names no bucket; it must look like s3://bucket/prefix"
         )
     if scheme == "file":
-        parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             raise ConfigurationError(
                 f"store URL {text!r}: file URLs need an absolute path, e.g. file:///data/ckpt"
