@@ -13,6 +13,7 @@ tests/test_urls.py).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import atheris
@@ -34,18 +35,14 @@ def fuzz_reader(data: bytes) -> None:
     # Half the inputs start from a valid object, so mutations get past the magic check.
     blob = SEED[: len(data) % (len(SEED) + 1)] + data if data[:1] == b"\x01" else data
     for key in (None, KEY):
-        try:
+        with contextlib.suppress(InvalidObject):
             decode(blob, key=key, kind="ckpt", name="run/ckpt-00000001-000000000003")
-        except InvalidObject:
-            pass
 
 
 def fuzz_urls(data: bytes) -> None:
     text = atheris.FuzzedDataProvider(data).ConsumeUnicodeNoSurrogates(200)
-    try:
+    with contextlib.suppress(ConfigurationError):
         normalize_url(text)
-    except ConfigurationError:
-        pass
 
 
 if __name__ == "__main__":
