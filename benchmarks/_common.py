@@ -92,6 +92,14 @@ def pyplot() -> Any | None:
     return plt
 
 
+def save_figure(plt: Any, fig: Any, path: Path) -> None:
+    """Lay out, write the PNG every benchmark embeds in the README, and say where."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot: {path}")
+
+
 def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """The 95 % Wilson score interval for a binomial proportion."""
     if n == 0:

@@ -379,10 +379,7 @@ def plot(cases: list[dict[str, Any]], stores: list[str], sizes: list[float], pat
     axes[0][0].set_ylim(0.8, max(1.5, top * 1.1))
     axes[0][0].set_ylabel(f"time per generation / no checkpoint\n(~{work_ms:.0f} ms of work)")
     axes[0][-1].legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot: {path}")
+    _common.save_figure(plt, fig, path)
 
 
 if __name__ == "__main__":

@@ -262,10 +262,7 @@ def plot(rows: list[dict[str, Any]], path: Path, gen_time: float, title: str) ->
     ax.set_ylim(0, max(walls) * 1.25)
     ax.set_title(f"{title} ({gen_time * 1000:.0f} ms/generation)", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot: {path}")
+    _common.save_figure(plt, fig, path)
 
 
 if __name__ == "__main__":

@@ -334,10 +334,7 @@ def plot(rows: dict[str, dict[str, Any]], labels: dict[str, str], size: int, pat
     ax2.set_title("memory (1.0 = the state alone)", fontsize=10)
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot: {path}")
+    _common.save_figure(plt, fig, path)
 
 
 if __name__ == "__main__":

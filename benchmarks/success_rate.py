@@ -291,10 +291,7 @@ def plot(cases: list[dict[str, Any]], path: Path, g: int, p: float, trials: int)
     ax.set_title(f"{g} generations, p={p} failure per generation, 3 tries "
                  f"({trials:,} trials/case)", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot: {path}")
+    _common.save_figure(plt, fig, path)
 
 
 if __name__ == "__main__":
