@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import sys
 import time
 from typing import Any
@@ -16,11 +16,17 @@ class Progress:
             return
         from tqdm import tqdm
 
-        # Some terminals (e.g. `script` without a size) report 0 columns: use 80 there.
-        sized = shutil.get_terminal_size((0, 0)).columns > 0
+        # Some terminals (a bare pty, `script`, some CI consoles) report a 0x0 size; tqdm
+        # then draws a zero-width bar and hides it as below the last row. Assume 80x24.
+        # Asked of the terminal itself (as tqdm's dynamic sizing does), not $COLUMNS.
+        try:
+            sized = os.get_terminal_size(sys.stderr.fileno()).columns > 0
+        except (OSError, ValueError):
+            sized = False
+        fixed: dict[str, Any] = {} if sized else {"ncols": 80, "nrows": 24}
         self._bar = tqdm(
             total=total, initial=initial, desc=desc, unit="gen", file=sys.stderr,
-            dynamic_ncols=sized, ncols=None if sized else 80, leave=True,
+            dynamic_ncols=sized, leave=True, **fixed,
         )
 
     def saved(self) -> None:
