@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import inspect
 import logging
@@ -57,11 +59,12 @@ def _signing_key(value: bytes | str | None) -> bytes | None:
 _jitter = random.Random()  # private: the global generator belongs to the body
 
 
-def _restart_pause(failure: int) -> None:
+def _restart_pause(failure: int, stop: Callable[[], bool]) -> None:
     """In-process restarts happen at once unless $RESUMABLE_RESTART_BACKOFF (seconds) is set.
 
     Then the n-th restart of a generation waits backoff * 2**(n-1) (at most 60 s), with
-    jitter, e.g. for a body that calls a rate-limited service.
+    jitter, e.g. for a body that calls a rate-limited service. ``stop()`` ends the wait
+    early (a SIGTERM arrived).
     """
     raw = os.environ.get("RESUMABLE_RESTART_BACKOFF", "")
     if not raw:
@@ -73,7 +76,9 @@ def _restart_pause(failure: int) -> None:
             f"$RESUMABLE_RESTART_BACKOFF={raw!r} must be a number of seconds, e.g. 0.5"
         ) from None
     if base > 0:
-        time.sleep(min(60.0, base * 2 ** (failure - 1)) * _jitter.uniform(0.5, 1.0))
+        until = time.monotonic() + min(60.0, base * 2 ** (failure - 1)) * _jitter.uniform(0.5, 1)
+        while not stop() and (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
 
 
 def _upload_duty() -> float:
@@ -209,11 +214,9 @@ class _Execution:
         self.suspended = False
         self.terminate = False
         self.progress: Progress | None = None
-        self.uploader = Uploader(
-            f"resumable-upload-{run.run_id}",
-            synchronous=os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0"),
-            duty=_upload_duty(),
-        )
+        self.uploader = Uploader(f"resumable-upload-{run.run_id}", duty=_upload_duty())
+        # $RESUMABLE_SYNC=1: every save completes before the body goes on (no coalescing).
+        self.synchronous = os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0")
         self.last_snap: Snapshot | None = None
         self.pool = BufferPool()
         self.submitted_step = -1
@@ -222,17 +225,24 @@ class _Execution:
     # -- signals --------------------------------------------------------------------
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        # No blocking work here: the interrupted code may hold locks (a logging handler's,
+        # say) that the upload thread needs. Raise, let the stack unwind, save there.
         self.terminate = True
         if self.in_body:
             raise _Terminated()
         if self.suspended:
-            # An f.iter consumer is working on a yielded state: save now and stop it,
-            # rather than waiting for its next request.
+            # An f.iter consumer is working on a yielded state: stop it now rather than at
+            # its next request. Unwinding closes this generator, whose GeneratorExit path
+            # saves; atexit is the backstop if something keeps the generator alive.
             self.suspended = False
-            self._flush_last()
-            log.warning("SIGTERM: run %s saved at step %d; exiting with 143",
-                        self.run.where(), self.last_snap.step if self.last_snap else 0)
+            atexit.register(self._save_at_exit)
             raise _Terminated()
+
+    def _save_at_exit(self) -> None:
+        try:
+            self._flush_last()
+        except BaseException as err:
+            log.error("run %s: saving at exit after SIGTERM failed: %s", self.run.where(), err)
 
     def _install_sigterm(self) -> Any:
         if threading.current_thread() is not threading.main_thread():
@@ -244,7 +254,7 @@ class _Execution:
 
     # -- saving ---------------------------------------------------------------------
 
-    def _save(self, snap: Snapshot) -> None:
+    def _save(self, snap: Snapshot, *, final: bool = False) -> None:
         progress = self.progress
 
         def job() -> None:
@@ -257,22 +267,30 @@ class _Execution:
 
         snap.hold()
         try:
-            self.uploader.submit(job, on_drop=snap.release)
+            self.uploader.submit(job, on_drop=snap.release, raise_pending=not final)
         except BaseException:
             snap.release()  # an earlier save failed; this one was never handed over
             raise
         self.submitted_step = snap.step
         self.last_save = time.monotonic()
+        if self.synchronous and not final:
+            self._wait_for_saves()
 
-    def _flush_last(self) -> None:
-        """Make the last yielded state durable (end, exception, SIGTERM)."""
-        if self.last_snap is not None and self.last_snap.step != self.submitted_step:
-            self._save(self.last_snap)
+    def _wait_for_saves(self) -> None:
         try:
             self.uploader.flush()
         except BaseException:
             self.submitted_step = -1  # the save failed: a later flush tries it again
             raise
+
+    def _flush_last(self) -> None:
+        """Make the last yielded state durable (end, exception, SIGTERM).
+
+        It is saved even when an earlier save failed; only its own failure is raised.
+        """
+        if self.last_snap is not None and self.last_snap.step != self.submitted_step:
+            self._save(self.last_snap, final=True)
+        self._wait_for_saves()
 
     # -- the loop -------------------------------------------------------------------
 
@@ -375,7 +393,9 @@ class _Execution:
                             and failures < self.opts.restarts):
                         failures += 1
                         gen.close()
-                        _restart_pause(failures)
+                        _restart_pause(failures, lambda: self.terminate)
+                        if self.terminate:
+                            raise _Terminated() from err
                         state, step = self._restart_point(resumed)
                         log.warning("run %s: body raised %s: %s; restart %d of %d from step %d",
                                     run.where(), type(err).__name__, err, failures,
@@ -390,17 +410,27 @@ class _Execution:
                 # generation: the outer handler saves the previous one.
                 step += 1
                 failures = 0
-                rng = _rng.capture() if self.opts.capture_rng else None
-                snap = run.snapshot(yielded, step, rng, self.pool)
-                if self.last_snap is not None:
-                    self.last_snap.release()
-                self.last_snap = snap
-                last_state = yielded
-                if self.opts.every.due(step, time.monotonic() - self.last_save):
-                    self._save(self.last_snap)
+                try:
+                    rng = _rng.capture() if self.opts.capture_rng else None
+                    snap = run.snapshot(yielded, step, rng, self.pool)
+                    if self.last_snap is not None:
+                        self.last_snap.release()
+                    self.last_snap = snap
+                    last_state = yielded
+                    if self.opts.every.due(step, time.monotonic() - self.last_save):
+                        self._save(self.last_snap)
+                except _Terminated:
+                    raise
+                except BaseException as err:
+                    # A state that cannot be serialized, or storage failing for good:
+                    # the last good state is still saved before the error propagates.
+                    self._flush_after_error(err)
+                    raise
                 progress.advance(step)
                 self.suspended = True
                 try:
+                    if self.terminate:  # SIGTERM arrived during the bookkeeping
+                        raise _Terminated()
                     yield yielded
                 finally:
                     self.suspended = False
@@ -412,16 +442,22 @@ class _Execution:
             raise
         except GeneratorExit:  # an f.iter consumer stopped early: keep what it saw
             self._flush_last()
+            if self.terminate:
+                log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
+                            self.last_snap.step if self.last_snap is not None else step)
             raise
         finally:
-            gen.close()
-            progress.close()
-            self.uploader.close()
-            if self.last_snap is not None:
-                self.last_snap.release()
-            self.pool.clear()
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+            # Each step runs even if one before it fails (a body whose cleanup raises):
+            # a handler left installed would swallow every later SIGTERM.
+            with contextlib.ExitStack() as cleanup:
+                if previous_handler is not None:
+                    cleanup.callback(signal.signal, signal.SIGTERM, previous_handler)
+                cleanup.callback(self.pool.clear)
+                if self.last_snap is not None:
+                    cleanup.callback(self.last_snap.release)
+                cleanup.callback(self.uploader.close)
+                cleanup.callback(progress.close)
+                cleanup.callback(gen.close)
 
     def _flush_after_error(self, err: BaseException) -> None:
         """Save the last yielded state after the body raised; a failure to save is noted.

@@ -12,7 +12,9 @@ class Progress:
     def __init__(self, enabled: bool, *, total: int | None, initial: int, desc: str) -> None:
         self._bar: Any = None
         self._last_save: float | None = None
-        if not enabled or not sys.stdout.isatty():
+        # The bar draws on stderr; it shows only when both streams are a terminal, so
+        # neither a pod's log (stdout piped) nor `2>file` gets bar lines.
+        if not enabled or not (sys.stdout.isatty() and sys.stderr.isatty()):
             return
         from tqdm import tqdm
 

@@ -89,6 +89,8 @@ class Snapshot:
     def release(self) -> None:
         with _pool_lock:
             self.holders -= 1
+            if self.holders < 0:
+                raise RuntimeError(f"snapshot of step {self.step} released more than held")
             if self.holders or self.pool is None:
                 return
         self.pool.give_back(self.frames)
@@ -116,7 +118,7 @@ class BufferPool:
             for f in frames:
                 if isinstance(f, bytearray) and len(f) >= 1 << 16:
                     free = self._free.setdefault(len(f), [])
-                    if len(free) < self._limit:
+                    if len(free) < self._limit and not any(b is f for b in free):
                         free.append(f)
 
     def clear(self) -> None:
@@ -200,14 +202,20 @@ class Run:
         return base if base is not None and name > base else None
 
     def load_latest(self, *, with_state: bool = True) -> Checkpoint | None:
-        """The newest checkpoint that passes verification; older ones are fallbacks."""
+        """The newest checkpoint that passes verification; older ones are fallbacks.
+
+        Checkpoints a superseded attempt wrote after a newer one took over come last: they
+        are used only when nothing else verifies (the newer attempt's base is gone, e.g.
+        deleted by the old attempt's retention before it noticed), since a deterministic
+        body makes them as good as any, and that beats refusing or starting over.
+        """
         names = self.checkpoint_names()
         self._known = list(names)
         if not names:
             return None
-        epochs = set(self.epochs()) if names else set()
+        epochs = set(self.epochs())
         failures: list[tuple[str, _format.InvalidObject]] = []
-        lost_bases: set[str] = set()
+        superseded: list[tuple[str, str]] = []
         for name in reversed(names):
             base = self._superseded(name, epochs)
             if base is not None:
@@ -215,31 +223,18 @@ class Run:
                     "skipping %s: written by an attempt after a newer one took over the run",
                     self.where(name),
                 )
-                if base:
-                    lost_bases.add(base)
+                superseded.append((name, base))
                 continue
-            data = self.store.get(self.key(name))
-            if data is None:  # deleted by retention of another attempt since the listing
-                continue
-            try:
-                decoded = self._decode(name, data, "ckpt")
-            except _format.InvalidObject as err:
-                log.error("checkpoint %s fails verification: %s; trying an older one",
-                          self.where(name), err.reason)
-                failures.append((name, err))
-                continue
-            if failures:
-                log.warning("resuming %s from %s after skipping %d damaged checkpoint(s)",
-                            self.where(), name, len(failures))
-            return self._to_checkpoint(name, decoded, with_state)
-        if not failures and lost_bases:
-            raise CheckpointCorruptError(
-                f"run {self.run_id!r} in {self.store.url} was taken over from "
-                f"{', '.join(sorted(lost_bases))}, which no longer exists; only checkpoints "
-                "of the superseded attempt remain. Refusing to start from scratch: inspect with "
-                f"`resumable show {self.store.url} {self.run_id}`, delete the run with "
-                "`resumable rm` to start over"
-            )
+            found = self._try_load(name, failures, with_state)
+            if found is not None:
+                return found
+        for name, base in superseded:
+            log.warning("%s was written by an attempt after a newer one took over from %s; "
+                        "using it only because no other checkpoint verifies",
+                        self.where(name), base or "a fresh start")
+            found = self._try_load(name, failures, with_state)
+            if found is not None:
+                return found
         if not failures:
             return None
         summary = "; ".join(f"{n}: {e.reason}" for n, e in failures)
@@ -251,6 +246,23 @@ class Run:
             f"refusing to start from scratch. Inspect with `resumable verify {self.store.url} "
             f"{self.run_id}`, and delete the run with `resumable rm` to start over"
         )
+
+    def _try_load(self, name: str, failures: list[tuple[str, _format.InvalidObject]],
+                  with_state: bool) -> Checkpoint | None:
+        data = self.store.get(self.key(name))
+        if data is None:  # deleted by retention of another attempt since the listing
+            return None
+        try:
+            decoded = self._decode(name, data, "ckpt")
+        except _format.InvalidObject as err:
+            log.error("checkpoint %s fails verification: %s; trying an older one",
+                      self.where(name), err.reason)
+            failures.append((name, err))
+            return None
+        if failures:
+            log.warning("resuming %s from %s after skipping %d damaged checkpoint(s)",
+                        self.where(), name, len(failures))
+        return self._to_checkpoint(name, decoded, with_state)
 
     def _to_checkpoint(self, name: str, decoded: _format.Decoded, with_state: bool) -> Checkpoint:
         header = decoded.header

@@ -3,9 +3,6 @@
 Coalescing keeps the loop from ever waiting on slow storage: the loop pays only for
 its snapshot, and when storage is slower than the loop some intermediate states are
 skipped (the newest always wins). ``flush`` waits until everything handed in is durable.
-With ``synchronous=True`` ($RESUMABLE_SYNC=1) every save completes before the loop
-goes on: nothing is coalesced, at the price of the loop waiting for storage.
-
 ``duty`` caps the share of wall time spent saving ($RESUMABLE_UPLOAD_DUTY, default
 1/3): after a save that took T seconds the next one starts no sooner than
 T * (1/duty - 1) later. On fast storage this changes nothing; when saving a large
@@ -30,11 +27,17 @@ Job = Callable[[], None]
 
 
 class Uploader:
-    def __init__(self, name: str, *, synchronous: bool = False, duty: float = 1 / 3) -> None:
+    """One background thread that runs saves one at a time, newest first, paced.
+
+    Failures: the error of the most recent save that finished is kept until a later save
+    succeeds (which supersedes it) or it is raised: by ``submit`` (the loop should not
+    compute for hours on storage that is failing for good) and by ``flush``.
+    """
+
+    def __init__(self, name: str, *, duty: float = 1 / 3) -> None:
         if not 0 < duty <= 1:
             raise ValueError(f"upload duty must be in (0, 1], got {duty!r}")
         self._name = name
-        self._synchronous = synchronous
         self._rest = 1.0 / duty - 1.0
         self._not_before = 0.0
         self._urgent = False
@@ -67,15 +70,15 @@ class Uploader:
                     self._cond.wait(pause)
                 job, self._waiting, self._on_drop, self._busy = self._waiting, None, None, True
             started = time.monotonic()
+            error: BaseException | None = None
             try:
                 job()
             except BaseException as err:  # handed to the loop at its next submit or flush
-                with self._cond:
-                    if self._error is None:
-                        self._error = err
+                error = err
             finally:
                 ended = time.monotonic()
                 with self._cond:
+                    self._error = error  # a success supersedes an earlier failure
                     self._busy = False
                     self._not_before = ended + (ended - started) * self._rest
                     self._cond.notify_all()
@@ -85,14 +88,17 @@ class Uploader:
             err, self._error = self._error, None
             raise err
 
-    def submit(self, job: Job, on_drop: Job | None = None) -> None:
-        """Hand a save to the background; raises an earlier save's failure instead.
+    def submit(self, job: Job, on_drop: Job | None = None, *, raise_pending: bool = True) -> None:
+        """Hand a save to the background.
 
+        With ``raise_pending`` an earlier save's failure is raised instead and ``job`` is
+        not taken; without it (the final save) the job is taken whatever happened before.
         ``on_drop`` runs if a newer submission replaces this one before it started.
         """
         dropped = None
         with self._cond:
-            self._raise_pending()
+            if raise_pending:
+                self._raise_pending()
             if self._waiting is not None:
                 self.skipped += 1
                 dropped = self._on_drop
@@ -101,11 +107,9 @@ class Uploader:
             self._cond.notify_all()
         if dropped is not None:
             dropped()
-        if self._synchronous:
-            self.flush()
 
     def flush(self) -> None:
-        """Wait until every submitted save is done; raise the first failure."""
+        """Wait until every submitted save is done; raise the last one's failure."""
         with self._cond:
             self._urgent = True
             self._cond.notify_all()
@@ -117,9 +121,13 @@ class Uploader:
             self._raise_pending()
 
     def close(self) -> None:
+        """Run what is still waiting, stop the thread; a failure there is logged."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._error is not None:
+            log.error("%s: a save failed after the run ended: %s", self._name, self._error)
+            self._error = None

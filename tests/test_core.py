@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -589,8 +590,6 @@ def test_restart_backoff_is_configurable_and_leaves_global_random(
     memory_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """$RESUMABLE_RESTART_BACKOFF pauses restarts, with jitter from a private generator."""
-    import time
-
     monkeypatch.setenv("RESUMABLE_RESTART_BACKOFF", "0.05")
     random.seed(0)
     np.random.seed(0)
@@ -603,3 +602,73 @@ def test_restart_backoff_is_configurable_and_leaves_global_random(
     faults2 = Faults(crash_at={2})
     with pytest.raises(ConfigurationError, match="RESUMABLE_RESTART_BACKOFF"):
         make_evolve(faults2, store=memory_url + "-2", restarts=1)(4)
+
+
+def test_sync_saves_with_a_failed_save_keep_every_array_distinct(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed save in RESUMABLE_SYNC mode never lets two arrays share one snapshot buffer."""
+    from resumable import StoreError
+    from resumable.stores._local import LocalStore
+
+    monkeypatch.setenv("RESUMABLE_SYNC", "1")
+    fail = [True]
+
+    class Flaky(LocalStore):
+        def put(self, key: str, data: Any) -> None:
+            if key.endswith("-000000000002") and fail and fail.pop():
+                raise StoreError("simulated failure", url=self.url, key=key)
+            super().put(key, data)
+
+    n = 1 << 15
+    boom = [True, True]
+
+    @checkpointed(store=Flaky(tmp_path), every=3, restarts=3, keep=None)
+    def f(steps: int, *, state: Any = None) -> Any:
+        s = state or {"i": 0, "a": np.zeros(n)}
+        while s["i"] < steps:
+            if s["i"] == 2 and boom and boom.pop():
+                raise Crash("body failed")
+            i = s["i"] + 1
+            s = {"i": i, "a": np.full(n, float(i))}
+            if i >= 3:
+                s["b"] = np.full(n, -float(i))  # a second array of the same size
+            yield s
+
+    f(3)
+    latest = f.latest(3)
+    assert latest is not None and latest.step == 3
+    assert latest.state["a"][0] == 3.0 and latest.state["b"][0] == -3.0
+
+
+def test_last_state_is_saved_when_an_earlier_save_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save that failed for good stops the run, but the last yielded state is saved first."""
+    from resumable import StoreError
+    from resumable.stores._local import LocalStore
+
+    failing = [True]
+
+    class FailsOnce(LocalStore):
+        def put(self, key: str, data: Any) -> None:
+            if key.endswith("-000000000002") and failing and failing.pop():
+                raise StoreError("simulated failure", url=self.url, key=key)
+            super().put(key, data)
+
+    yielded: list[int] = []
+
+    @checkpointed(store=FailsOnce(tmp_path), run_id="late")
+    def f(*, state: Any = None) -> Any:
+        s = state or 0
+        while s < 50:
+            s += 1
+            yielded.append(s)
+            time.sleep(0.005)
+            yield s
+
+    with pytest.raises(StoreError, match="simulated failure"):
+        f()
+    latest = f.latest()
+    assert latest is not None and latest.step == yielded[-1] > 2
+    assert f() == 50  # and the run goes on from there

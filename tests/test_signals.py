@@ -81,3 +81,74 @@ def test_sigterm_while_an_iter_consumer_works_saves_and_exits(tmp_path: Path) ->
     assert "still running" not in proc.stdout
     latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
     assert latest is not None and latest.step == 3 and latest.state == 3
+
+
+_WHILE_HOLDING_A_LOG_LOCK = """
+import logging, os, signal, sys, time
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+handler = logging.getLogger().handlers[0]
+
+class LoggingStore(LocalStore):
+    def put(self, key, data):
+        if "/ckpt-" in key:  # the upload thread logs, as retries do
+            logging.getLogger("resumable").warning("put %s", key)
+        super().put(key, data)
+
+@checkpointed(store=LoggingStore({store!r}), run_id="r")
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+
+for s in f.iter(100):
+    if s == 3:
+        with handler.lock:  # the consumer is inside a log call when SIGTERM comes
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10):
+                pass
+print("still running after SIGTERM", flush=True)
+"""
+
+_CLEANUP_RAISES = """
+import os, signal, time
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="r")
+def f(n, *, state=None):
+    s = state or 0
+    try:
+        while s < n:
+            s += 1
+            yield s
+    finally:
+        raise ValueError("cleanup failed")
+
+try:
+    for s in f.iter(10):
+        if s == 2:
+            break
+except ValueError:
+    pass
+os.kill(os.getpid(), signal.SIGTERM)  # no run is active: the default action applies
+time.sleep(2)
+print("still running after SIGTERM", flush=True)
+"""
+
+
+def test_sigterm_while_the_consumer_holds_a_lock_does_not_hang(tmp_path: Path) -> None:
+    """The handler does no blocking work, so a lock the consumer holds cannot deadlock it."""
+    proc = run_script(tmp_path, _WHILE_HOLDING_A_LOG_LOCK)
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-2000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 3
+
+
+def test_handler_is_restored_even_when_the_body_cleanup_raises(tmp_path: Path) -> None:
+    """A body whose finally raises still leaves the process's SIGTERM handling as it was."""
+    proc = run_script(tmp_path, _CLEANUP_RAISES)
+    assert proc.returncode == -15, (proc.returncode, proc.stderr[-2000:])
+    assert "still running" not in proc.stdout
