@@ -358,3 +358,24 @@ def test_lost_base_falls_back_to_the_superseded_attempt(
     assert latest is not None and latest.key == f"r/{ckpt_name(1, 4)}"
     assert any("only because no other checkpoint verifies" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_forged_attempt_record_does_not_fence_a_signed_run() -> None:
+    """With a signing key, an epoch record written without it is ignored, not obeyed."""
+    from resumable._format import encode
+
+    store = MemoryStore("forged-epoch")
+    key = b"k" * 32
+    run = Run(store, "r", signing_key=key)
+    run.claim_epoch(None)
+    forged = encode([b"{}"], kind="epoch", serializer="raw", epoch=2, created=0.0,
+                    name="r/epoch-00000002")
+    store.put("r/epoch-00000002", forged)
+    run.check_fenced()  # no FencedError: the forged record fails verification
+    _write(run, 1)
+    genuine = Run(store, "r", signing_key=key)
+    genuine.epoch = 1
+    store.delete("r/epoch-00000002")
+    genuine.claim_epoch(None)  # a real newer attempt, signed with the key
+    with pytest.raises(FencedError):
+        run.check_fenced()
