@@ -17,10 +17,11 @@ from resumable import _format, checkpointed
 from resumable import cli as resumable_cli
 from resumable._decorator import _signing_key as library_signing_key
 from resumable._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ConfigurationError
-from resumable.stores import Payload, Store
+from resumable.stores import Store
 from resumable.stores import _registry as stores_registry
 from resumable.stores._local import LocalStore
 from resumable.stores._memory import MemoryStore
+from tests.wrappers import DelegatingStore
 
 SCRIPT = Path(sys.executable).with_name("resumable")
 KEY = "k" * 32
@@ -265,21 +266,14 @@ def test_usage_errors_are_one_line() -> None:
 MiB = 1024 * 1024
 
 
-class CountingStore:
+class CountingStore(DelegatingStore):
     """A local store that counts the bytes handed out by get() and head()."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.got = 0
         self.headed = 0
         self.head_calls = 0
-
-    def put(self, key: str, data: Payload) -> None:
-        self.inner.put(key, data)
-
-    def put_if_absent(self, key: str, data: Payload) -> bool:
-        return self.inner.put_if_absent(key, data)
 
     def get(self, key: str) -> bytes | bytearray | memoryview | None:
         data = self.inner.get(key)
@@ -291,15 +285,6 @@ class CountingStore:
         self.head_calls += 1
         self.headed += 0 if found is None else len(found[0])
         return found  # type: ignore[no-any-return]
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return self.inner.list(prefix, start_after)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def conditional_writes(self) -> bool:
-        return True
 
 
 class GetOnlyStore(CountingStore):

@@ -27,6 +27,7 @@ from tests.s3servers import S3Server
 from tests.toy import Faults, make_evolve
 from tests.toy import reference as toy_reference
 from tests.workers.chaos_worker import reference
+from tests.wrappers import DelegatingStore
 
 WORKER = Path(__file__).resolve().parent / "workers" / "chaos_worker.py"
 
@@ -34,7 +35,7 @@ WORKER = Path(__file__).resolve().parent / "workers" / "chaos_worker.py"
 # -- unit level: the zombie-exclusion rule on the memory store ------------------------
 
 
-class RacingStore:
+class RacingStore(DelegatingStore):
     """A memory store that runs a hook just before the next put: the race window.
 
     ``write_checkpoint`` checks for a newer epoch, then puts. A hook that claims a new
@@ -43,8 +44,7 @@ class RacingStore:
     """
 
     def __init__(self, inner: MemoryStore) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.before_put: Callable[[], None] | None = None
 
     def put(self, key: str, data: Payload) -> None:
@@ -52,21 +52,6 @@ class RacingStore:
         if hook is not None:
             hook()
         self.inner.put(key, data)
-
-    def put_if_absent(self, key: str, data: Payload) -> bool:
-        return self.inner.put_if_absent(key, data)
-
-    def get(self, key: str) -> Any:
-        return self.inner.get(key)
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return self.inner.list(prefix, start_after)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def conditional_writes(self) -> bool:
-        return True
 
 
 @pytest.fixture
