@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import socket
 import threading
 import time
@@ -127,8 +128,6 @@ class BufferPool:
 
 
 def _pickle_rng(state: _rng.RngState | None) -> bytes:
-    import pickle
-
     return pickle.dumps(state, protocol=5)
 
 
@@ -432,7 +431,5 @@ class Run:
 
 
 def _rng_loads(frame: memoryview) -> _rng.RngState | None:
-    import pickle
-
     value = pickle.loads(frame)
     return value if isinstance(value, dict) else None
