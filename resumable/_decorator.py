@@ -96,6 +96,41 @@ def _upload_duty() -> float:
     return duty
 
 
+_SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+               "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+DEFAULT_SNAPSHOT_LIMIT = 256 * 2**20
+
+
+def parse_size(text: str) -> float:
+    """'256MiB', '1Gi', '500MB', '1e9', 'inf' -> bytes; ValueError otherwise."""
+    t = text.strip().lower().replace(" ", "")
+    if t in ("inf", "none", "unlimited"):
+        return float("inf")
+    unit = t.rstrip("b") if t.endswith("b") and not t[:-1].endswith("e") else t
+    digits = unit.rstrip("kmgti")
+    factor = _SIZE_UNITS.get(unit[len(digits):])
+    if factor is None or not digits:
+        raise ValueError(text)
+    value = float(digits) * factor
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def _snapshot_limit() -> float:
+    """$RESUMABLE_SNAPSHOT_LIMIT: the largest state copied for a background save."""
+    raw = os.environ.get("RESUMABLE_SNAPSHOT_LIMIT", "")
+    if not raw:
+        return DEFAULT_SNAPSHOT_LIMIT
+    try:
+        return parse_size(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"$RESUMABLE_SNAPSHOT_LIMIT={raw!r} must be a size such as 256MiB, 2GiB, "
+            "0 (always save in place) or inf (always copy)"
+        ) from None
+
+
 class CheckpointedFunction(Generic[P, R]):
     """The decorated function, with ``iter``, ``run_id``, ``latest`` and ``reset``."""
 
@@ -220,6 +255,9 @@ class _Execution:
         self.last_snap: Snapshot | None = None
         self.pool = BufferPool()
         self.submitted_step = -1
+        # States whose buffers exceed this are saved in place (no copy; the loop waits).
+        self.copy_limit = _snapshot_limit()
+        self.in_place_saved = False
         self.last_save = time.monotonic()
 
     # -- signals --------------------------------------------------------------------
@@ -276,6 +314,30 @@ class _Execution:
         if self.synchronous and not final:
             self._wait_for_saves()
 
+    def _save_in_place(self, snap: Snapshot, due: bool) -> None:
+        """Save a state too large to copy (see Run.snapshot) before the body resumes.
+
+        Its frames alias the live state, so the save completes here and nothing keeps
+        them: between saves no yielded state is held, and a restart or a SIGTERM falls
+        back to the last save.
+        """
+        if not self.in_place_saved:
+            log.info(
+                "run %s: the state (%.0f MiB) is larger than $RESUMABLE_SNAPSHOT_LIMIT "
+                "(%.0f MiB), so it is saved in place, without a copy: the loop waits for "
+                "each save", self.run.where(), snap.size / 2**20, self.copy_limit / 2**20)
+        try:
+            if not due:
+                return
+            if self.last_snap is not None:  # older than what is about to be saved
+                self.last_snap.release()
+                self.last_snap = None
+            self._save(snap)
+        finally:
+            snap.release()
+            self.in_place_saved = True
+        self._wait_for_saves()
+
     def _wait_for_saves(self) -> None:
         try:
             self.uploader.flush()
@@ -326,7 +388,9 @@ class _Execution:
             state, rng = self.run.restore_snapshot(self.last_snap)
             self._restore_rng(rng)
             return state, self.last_snap.step
-        if resumed is not None:  # the body may have changed the loaded state in place
+        # The body may have changed the loaded state in place; and a state saved in place
+        # is kept only in the store.
+        if resumed is not None or self.in_place_saved:
             again = self.run.load_latest()
             if again is not None:
                 self._restore_rng(again.rng)
@@ -412,13 +476,17 @@ class _Execution:
                 failures = 0
                 try:
                     rng = _rng.capture() if self.opts.capture_rng else None
-                    snap = run.snapshot(yielded, step, rng, self.pool)
-                    if self.last_snap is not None:
-                        self.last_snap.release()
-                    self.last_snap = snap
+                    snap = run.snapshot(yielded, step, rng, self.pool, self.copy_limit)
                     last_state = yielded
-                    if self.opts.every.due(step, time.monotonic() - self.last_save):
-                        self._save(self.last_snap)
+                    due = self.opts.every.due(step, time.monotonic() - self.last_save)
+                    if snap.in_place:
+                        self._save_in_place(snap, due)
+                    else:
+                        if self.last_snap is not None:
+                            self.last_snap.release()
+                        self.last_snap = snap
+                        if due:
+                            self._save(self.last_snap)
                 except _Terminated:
                     raise
                 except BaseException as err:

@@ -30,7 +30,14 @@ from ._errors import (
     FencedError,
     SerializationError,
 )
-from .serializers import Serializer, dumps_frames, get_serializer, loads_frames
+from .serializers import (
+    Serializer,
+    copy_frames,
+    dumps_frames,
+    dumps_views,
+    get_serializer,
+    loads_frames,
+)
 from .stores import Store
 from .stores._base import Buffer, payload_size
 
@@ -82,6 +89,8 @@ class Snapshot:
     created: float
     pool: BufferPool | None = None
     holders: int = 1
+    in_place: bool = False  # frames are views of the live state (see Run.snapshot)
+    size: int = 0  # bytes in the state's out-of-band buffers
 
     def hold(self) -> None:
         with _pool_lock:
@@ -92,7 +101,11 @@ class Snapshot:
             self.holders -= 1
             if self.holders < 0:
                 raise RuntimeError(f"snapshot of step {self.step} released more than held")
-            if self.holders or self.pool is None:
+            if self.holders:
+                return
+            if self.pool is None:
+                if self.in_place:  # drop the views so the live state's memory can go
+                    self.frames = []
                 return
         self.pool.give_back(self.frames)
 
@@ -371,13 +384,23 @@ class Run:
             )
 
     def snapshot(
-        self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None
+        self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
+        copy_limit: float = float("inf"),
     ) -> Snapshot:
-        frames = dumps_frames(self.serializer, state,
-                              f"the state yielded at step {step} of run {self.where()}",
-                              None if pool is None else pool.take)
+        """Serialize ``state``; its large buffers are copied only up to ``copy_limit`` bytes.
+
+        Above the limit the snapshot is ``in_place``: its frames are views of the live
+        state, valid only until the body resumes, so it must be written before that and
+        never kept.
+        """
+        frames = dumps_views(self.serializer, state,
+                             f"the state yielded at step {step} of run {self.where()}")
+        size = sum(memoryview(f).nbytes for f in frames[1:])
+        in_place = size > copy_limit
+        if not in_place:
+            frames = copy_frames(frames, None if pool is None else pool.take)
         return Snapshot(step=step, frames=[_pickle_rng(rng), *frames], created=time.time(),
-                        pool=pool)
+                        pool=None if in_place else pool, in_place=in_place, size=size)
 
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
         # Private copies: the snapshot's buffers go back to the pool and get overwritten.

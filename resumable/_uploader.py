@@ -76,6 +76,7 @@ class Uploader:
             except BaseException as err:  # handed to the loop at its next submit or flush
                 error = err
             finally:
+                job = None  # type: ignore[assignment]  # let go of the snapshot it held
                 ended = time.monotonic()
                 with self._cond:
                     self._error = error  # a success supersedes an earlier failure

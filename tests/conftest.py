@@ -26,7 +26,8 @@ def _isolated_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """No test sees the developer's RESUMABLE_* settings or writes to ./.resumable."""
-    for name in ("RESUMABLE_STORE", "RESUMABLE_RUN_ID", "RESUMABLE_SIGNING_KEY"):
+    for name in ("RESUMABLE_STORE", "RESUMABLE_RUN_ID", "RESUMABLE_SIGNING_KEY",
+                 "RESUMABLE_SNAPSHOT_LIMIT", "RESUMABLE_SYNC", "RESUMABLE_UPLOAD_DUTY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 

@@ -2,8 +2,9 @@
 
 A serializer has a ``name``, ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``.
 The built-ins also offer ``dumps_frames``/``loads_frames``: pickle protocol 5 with
-out-of-band buffers, so a numpy array travels as its own frame and is copied exactly
-once at the snapshot (the body may mutate it in place right after the yield).
+out-of-band buffers, so a numpy array travels as its own frame and is copied at most
+once, at the snapshot (the body may mutate it in place right after the yield); a state
+saved in place while the body waits is not copied at all (``dumps_views``).
 """
 
 from __future__ import annotations
@@ -44,20 +45,19 @@ class PickleSerializer:
     def loads(self, data: bytes) -> Any:
         return pickle.loads(data)
 
-    def dumps_frames(self, obj: Any, alloc: Alloc | None = None) -> list[Buffer]:
+    def dumps_views(self, obj: Any) -> list[Buffer]:
+        """The pickle stream, then views of the object's large buffers (not copied).
+
+        The views alias the live object: they hold the state only while nothing changes
+        it, i.e. while the body is suspended at its yield.
+        """
         buffers: list[pickle.PickleBuffer] = []
         main = self._pickler()(obj, protocol=5, buffer_callback=buffers.append)
+        return [main, *(b.raw() for b in buffers)]
+
+    def dumps_frames(self, obj: Any, alloc: Alloc | None = None) -> list[Buffer]:
         # The copy is the snapshot: after it the body may change the arrays in place.
-        frames: list[Buffer] = [main]
-        for b in buffers:
-            raw = b.raw()
-            if alloc is None:
-                frames.append(bytes(raw))
-            else:
-                dst = alloc(raw.nbytes)
-                memoryview(dst)[:] = raw
-                frames.append(dst)
-        return frames
+        return copy_frames(self.dumps_views(obj), alloc)
 
     def loads_frames(self, frames: Sequence[memoryview]) -> Any:
         # numpy arrays built on read-only buffers would be read-only for the body.
@@ -128,6 +128,31 @@ def dumps_frames(
         raise
     except Exception as err:
         raise SerializationError(_explain(serializer, obj, what, root, err)) from err
+
+
+def dumps_views(serializer: Serializer, obj: Any, what: str) -> list[Buffer]:
+    """Like ``dumps_frames`` but out-of-band buffers stay views of the live object."""
+    try:
+        if isinstance(serializer, PickleSerializer):
+            return serializer.dumps_views(obj)
+        return [serializer.dumps(obj)]
+    except (SerializationError, ConfigurationError):
+        raise
+    except Exception as err:
+        raise SerializationError(_explain(serializer, obj, what, "state", err)) from err
+
+
+def copy_frames(frames: Sequence[Buffer], alloc: Alloc | None = None) -> list[Buffer]:
+    """Private copies of the views ``dumps_views`` made; the pickle stream is already one."""
+    out: list[Buffer] = [frames[0]]
+    for raw in frames[1:]:
+        if alloc is None:
+            out.append(bytes(raw))
+        else:
+            dst = alloc(memoryview(raw).nbytes)
+            memoryview(dst)[:] = raw
+            out.append(dst)
+    return out
 
 
 def loads_frames(serializer: Serializer, frames: Sequence[memoryview]) -> Any:

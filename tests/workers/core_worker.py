@@ -6,6 +6,7 @@ Prints "done N" after each yield and "RESULT <float.hex()>" at the end.
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 import time
@@ -15,6 +16,7 @@ import numpy as np
 
 from resumable import checkpointed
 
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)  # resume logs, for the tests
 store, generations, pause, every = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 # Every process seeds alike, as a program's main would: a resumed process would then
 # replay the first generations' random numbers unless the library restores the RNGs.

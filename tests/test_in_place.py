@@ -1,0 +1,259 @@
+"""States larger than $RESUMABLE_SNAPSHOT_LIMIT are saved in place: no copy, the loop waits.
+
+The contract does not change: a checkpoint holds the state as it was at its yield, and
+any crash resumes to the uninterrupted result. What changes is memory (no second copy
+of the state) and timing (the body resumes only once the save is durable).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from resumable import ConfigurationError, checkpointed
+from resumable._decorator import parse_size
+from resumable._errors import EXIT_SIGTERM
+from resumable._run import Run
+from resumable.stores import open_store
+from tests.toy import Crash, Faults, make_evolve, reference
+
+GENERATIONS = 12
+WORKER = Path(__file__).parent / "workers" / "core_worker.py"
+ROOT = Path(__file__).resolve().parents[1]
+_stores = iter(range(10**9))
+
+
+@contextmanager
+def snapshot_limit(value: str) -> Iterator[None]:
+    """$RESUMABLE_SNAPSHOT_LIMIT for one block (Hypothesis tests cannot use monkeypatch)."""
+    old = os.environ.get("RESUMABLE_SNAPSHOT_LIMIT")
+    os.environ["RESUMABLE_SNAPSHOT_LIMIT"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["RESUMABLE_SNAPSHOT_LIMIT"]
+        else:
+            os.environ["RESUMABLE_SNAPSHOT_LIMIT"] = old
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("256MiB", 256 * 2**20), ("1Gi", 2**30), ("500MB", 500e6), ("1e9", 1e9), ("0", 0),
+     ("12", 12), ("1.5 GiB", 1.5 * 2**30), ("inf", float("inf")), ("none", float("inf"))],
+)
+def test_sizes_parse(text: str, expected: float) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "x", "MiB", "-1", "nan", "12 parsecs", "1e999"])
+def test_bad_limit_is_a_configuration_error_naming_the_variable(
+    bad: str, monkeypatch: pytest.MonkeyPatch, memory_url: str
+) -> None:
+    @checkpointed(store=memory_url)
+    def f(*, state: Any = None) -> Any:
+        yield 1
+
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", bad)
+    if bad == "":
+        assert f() == 1  # unset means the default
+        return
+    with pytest.raises(ConfigurationError, match=r"RESUMABLE_SNAPSHOT_LIMIT.*256MiB"):
+        f()
+    assert open_store(memory_url).list("") == []  # refused before anything was written
+
+
+def test_in_place_save_holds_the_yield_and_is_logged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The body changes the arrays right after the yield; each checkpoint has the yield."""
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "64KiB")
+    store = f"file://{tmp_path}/store"
+
+    @checkpointed(store=store, run_id="mutate", keep=None)
+    def mutate(n: int, *, state: Any = None) -> Any:
+        state = state if state is not None else {"i": 0, "arr": np.zeros(1 << 14)}  # 128 KiB
+        while state["i"] < n:
+            state["i"] += 1
+            state["arr"][:] = state["i"]
+            yield state
+            state["arr"][:] = -1  # after the yield: must not leak into the checkpoint
+
+    caplog.set_level(logging.INFO, "resumable")
+    mutate(5)
+    run = Run(open_store(store), "mutate")
+    steps = [int(n.rsplit("-", 1)[1]) for n in run.checkpoint_names()]
+    assert steps == [1, 2, 3, 4, 5]  # every generation saved before the body went on
+    for step in steps:
+        data = run.store.get(run.key(f"ckpt-00000001-{step:012d}"))
+        assert data is not None
+        cp = run._to_checkpoint(f"ckpt-00000001-{step:012d}",
+                                run._decode(f"ckpt-00000001-{step:012d}", data, "ckpt"), True)
+        assert cp.state["i"] == step
+        assert set(cp.state["arr"].tolist()) == {float(step)}
+    assert any("saved in place" in r.getMessage() and "(0 MiB)" in r.getMessage()
+               for r in caplog.records)
+
+
+def _peak_extra_during_run(store: str, size: int) -> int:
+    """Bytes allocated on top of the live state while a one-generation run saves it."""
+
+    @checkpointed(store=store, run_id=f"mem-{next(_stores)}")
+    def one(*, state: Any = None) -> Any:
+        yield {"array": big}
+        return "saved"
+
+    big = np.random.default_rng(0).random(size // 8)
+    tracemalloc.start()
+    try:
+        assert one() == "saved"
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_in_place_save_makes_no_copy_of_the_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """tracemalloc (which sees numpy's and Python's allocations): no state-sized copy."""
+    size = 32 * 2**20
+    store = f"file://{tmp_path}/store"
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "inf")
+    copied = _peak_extra_during_run(store, size)
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "1MiB")
+    in_place = _peak_extra_during_run(store, size)
+    assert copied >= size  # the measurement sees the background path's snapshot copy
+    assert in_place < size // 8, in_place
+
+
+@given(
+    crash_at=st.sets(st.integers(1, GENERATIONS), max_size=6),
+    every=st.sampled_from(["generation", 1, 2, 3, 5, "1h"]),
+    reseed=st.integers(0, 2**32 - 1),
+)
+def test_in_place_any_crash_points_resume_to_the_uninterrupted_result(
+    crash_at: set[int], every: Any, reseed: int
+) -> None:
+    """As test_crash's property, with every state saved in place."""
+    expected = reference(GENERATIONS)
+    faults = Faults(crash_at=set(crash_at))
+    evolve = make_evolve(faults, store=f"memory://in-place-{next(_stores)}", every=every)
+    random.seed(0)
+    np.random.seed(0)
+    crashes = 0
+    with snapshot_limit("0"):
+        while True:
+            try:
+                result = evolve(GENERATIONS)
+                break
+            except Crash:
+                crashes += 1
+                random.seed(reseed + crashes)
+                np.random.seed((reseed + crashes) % 2**32)
+    assert crashes == len(crash_at)
+    assert result == expected
+
+
+@given(crash_at=st.sets(st.integers(1, GENERATIONS), max_size=5),
+       every=st.sampled_from([1, 3]))
+def test_in_place_restarts_resume_from_the_store(crash_at: set[int], every: int) -> None:
+    """In-process restarts reload the last save: nothing of the state is kept in memory."""
+    expected = reference(GENERATIONS)
+    faults = Faults(crash_at=set(crash_at))
+    evolve = make_evolve(faults, store=f"memory://in-place-r-{next(_stores)}", restarts=1,
+                         every=every)
+    random.seed(0)
+    np.random.seed(0)
+    with snapshot_limit("0"):
+        assert evolve(GENERATIONS) == expected
+    # Each restart starts at the newest save before its crash (a multiple of `every`).
+    starts = [0] + [max((g - 1) // every * every, 0) for g in sorted(crash_at)]
+    assert faults.entered == starts
+
+
+def start_worker(store: str, generations: int, pause: float, every: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_SNAPSHOT_LIMIT="0")
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), store, str(generations), str(pause), every],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def finish(store: str, generations: int) -> str:
+    proc = start_worker(store, generations, 0.0, "generation")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "saved in place" in err
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("RESULT"))
+
+
+def test_in_place_sigkill_and_sigterm_resume_to_the_reference(tmp_path: Path) -> None:
+    """Real processes, saving in place: SIGKILLs and a SIGTERM, then the reference result."""
+    generations = 200
+    expected = finish(str(tmp_path / "reference"), generations)
+    store = str(tmp_path / "killed")
+    schedule = random.Random(11)
+    progress = []
+    for _ in range(4):
+        proc = start_worker(store, generations, 0.01, "generation")
+        time.sleep(schedule.uniform(0.4, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        latest = Run(open_store(store), "worker").load_latest(with_state=False)
+        progress.append(0 if latest is None else latest.step)
+    proc = start_worker(store, generations, 0.01, "generation")
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:
+        seen = int(line.split()[1])
+        if seen >= progress[-1] + 3:
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == EXIT_SIGTERM
+    latest = Run(open_store(store), "worker").load_latest(with_state=False)
+    assert latest is not None and latest.step >= seen  # saved before the body went on
+    assert progress[-1] > 0 and progress == sorted(progress), progress
+    assert finish(store, generations) == expected
+
+
+@pytest.mark.s3
+def test_in_place_multipart_state_is_bit_exact_on_s3(
+    s3_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 72 MiB state saved in place goes through multipart from views of the live array."""
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "16MiB")
+    first = np.random.default_rng(3).standard_normal(9 * 2**20)  # 72 MiB of float64
+
+    @checkpointed(store=s3_store_url, run_id="big", every=1)
+    def big(*, state: Any = None) -> Any:
+        arr = first.copy()
+        yield {"arr": arr}
+        arr *= -1.0  # in place after the first yield
+        yield {"arr": arr}
+        return "done"
+
+    assert big() == "done"
+    run = Run(open_store(s3_store_url), "big")
+    assert run.checkpoint_names() == ["ckpt-00000001-000000000001", "ckpt-00000001-000000000002"]
+    for step, sign in ((1, 1.0), (2, -1.0)):
+        name = f"ckpt-00000001-{step:012d}"
+        data = run.store.get(run.key(name))
+        assert data is not None and len(data) > 64 * 2**20  # multipart-sized
+        cp = run._to_checkpoint(name, run._decode(name, data, "ckpt"), True)
+        assert np.array_equal(cp.state["arr"], sign * first)
