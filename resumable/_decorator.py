@@ -258,6 +258,7 @@ class _Execution:
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _snapshot_limit()
         self.in_place_saved = False
+        self.in_place_step = 0  # the last step saved in place
         self.last_save = time.monotonic()
 
     # -- signals --------------------------------------------------------------------
@@ -337,6 +338,13 @@ class _Execution:
             snap.release()
             self.in_place_saved = True
         self._wait_for_saves()
+        self.in_place_step = snap.step
+
+    def _durable_step(self, step: int) -> int:
+        """The step the last flush made durable (for the SIGTERM log line)."""
+        if self.last_snap is not None:
+            return self.last_snap.step
+        return self.in_place_step if self.in_place_saved else step
 
     def _wait_for_saves(self) -> None:
         try:
@@ -424,6 +432,7 @@ class _Execution:
         else:
             log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
         start_step = step
+        self.in_place_step = step  # durable already: the checkpoint resumed from
         last_state = state
         failures = 0
         progress = self._progress(step)
@@ -506,13 +515,13 @@ class _Execution:
             self.in_body = False
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
-                        self.last_snap.step if self.last_snap is not None else step)
+                        self._durable_step(step))
             raise
         except GeneratorExit:  # an f.iter consumer stopped early: keep what it saw
             self._flush_last()
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
-                            self.last_snap.step if self.last_snap is not None else step)
+                            self._durable_step(step))
             raise
         finally:
             # Each step runs even if one before it fails (a body whose cleanup raises):

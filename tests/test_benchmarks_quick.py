@@ -88,8 +88,8 @@ def test_overhead_quick(tmp_path: Path) -> None:
 def test_s3_throughput_quick(tmp_path: Path) -> None:
     doc = run_quick("s3_throughput", tmp_path)
     ops = {c["op"]: c for c in doc["cases"]}
-    assert set(ops) == {"framework_save", "raw_upload", "snippet_save", "framework_load",
-                        "raw_download", "snippet_load"}
+    assert set(ops) == {"framework_save", "framework_save_copy", "raw_upload", "snippet_save",
+                        "framework_load", "raw_download", "snippet_load"}
     for c in ops.values():
         assert finite(c["mb_per_s"]) and finite(c["peak_over_state"])
         assert c["verified"] is True

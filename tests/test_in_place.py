@@ -211,7 +211,9 @@ def test_in_place_sigkill_and_sigterm_resume_to_the_reference(tmp_path: Path) ->
     progress = []
     for _ in range(4):
         proc = start_worker(store, generations, 0.01, "generation")
-        time.sleep(schedule.uniform(0.4, 0.8))
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "done N": past start-up, however slow the machine is
+        time.sleep(schedule.uniform(0.0, 0.3))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         latest = Run(open_store(store), "worker").load_latest(with_state=False)
@@ -257,3 +259,21 @@ def test_in_place_multipart_state_is_bit_exact_on_s3(
         assert data is not None and len(data) > 64 * 2**20  # multipart-sized
         cp = run._to_checkpoint(name, run._decode(name, data, "ckpt"), True)
         assert np.array_equal(cp.state["arr"], sign * first)
+
+
+def test_in_place_sigterm_between_saves_keeps_the_last_save(tmp_path: Path) -> None:
+    """every=5 in place: SIGTERM ends at once with exit 143; the newest checkpoint is a
+    multiple of 5 (no copy of later states was kept) and the log names that step."""
+    store = str(tmp_path / "store")
+    proc = start_worker(store, 1000, 0.02, "5")
+    assert proc.stdout is not None and proc.stderr is not None
+    for line in proc.stdout:
+        if line.startswith("done") and int(line.split()[1]) >= 8:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == EXIT_SIGTERM, err
+    latest = Run(open_store(store), "worker").load_latest()
+    assert latest is not None and latest.step >= 5 and latest.step % 5 == 0
+    assert latest.state["generation"] == latest.step
+    assert f"saved at step {latest.step};" in err
