@@ -10,6 +10,9 @@ so signatures still validate) and fails a fixed share of requests:
 - ``drop_mid``: request reaches the server; the response is cut off half-way
   (the ambiguous case: the server did the work but the client cannot know)
 - ``slow``: the request is forwarded after ``delay`` seconds
+- ``bare_404``: 404 with an empty body (as some gateways send for GETs of missing keys),
+  request never reaches the server; not in the default mix, since it makes an existing
+  object look missing to a plain client
 
 ``match=b"partNumber=2"`` limits faults to requests whose request line contains it.
 
@@ -34,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from urllib.parse import urlsplit
 
 KINDS = ("slowdown", "internal", "drop", "drop_mid", "slow")
+EXTRA_KINDS = ("bare_404",)
 
 _ERROR_BODY = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
@@ -93,7 +97,7 @@ class FaultProxy:
         port: int = 0,
         match: bytes | None = None,
     ) -> None:
-        unknown = set(kinds) - set(KINDS)
+        unknown = set(kinds) - set(KINDS) - set(EXTRA_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; use {KINDS}")
         parts = urlsplit(upstream)
@@ -198,6 +202,10 @@ class FaultProxy:
                 )
                 return
             if fault == "drop":
+                return
+            if fault == "bare_404":
+                client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                               b"Connection: close\r\n\r\n")
                 return
             if fault == "slow":
                 time.sleep(self.delay)

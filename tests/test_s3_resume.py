@@ -133,6 +133,27 @@ def test_missing_key_read_through_cut_error_body_is_none(
     assert proxy.faults["drop_mid"] > 0
 
 
+def test_bare_404_from_a_gateway_means_missing_after_one_head(
+    moto_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every GET answered by a body-less 404: a missing key is None at once (one HEAD),
+    while an existing one is not mistaken for missing."""
+    url = moto_server.new_store_url()
+    s3_env(moto_server)
+    open_store(url).put("run/there", [b"content"])
+    proxy = fault_proxy(moto_server, rate=1.0, seed=1, kinds=["bare_404"], match=b"GET ")
+    s3_env(moto_server, endpoint=proxy.endpoint)
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "2")
+    store = open_store(url)
+    assert [store.get(f"run/missing-{i}") for i in range(5)] == [None] * 5
+    assert proxy.faults["bare_404"] == 5  # one GET each: no retries until the deadline
+    with pytest.raises(StoreError, match="run/there"):
+        store.get("run/there")  # it exists (HEAD says so): retried, never reported missing
+
+
 def _big_state(size: int) -> np.ndarray:
     return np.random.default_rng(2024).standard_normal(size // 8)
 

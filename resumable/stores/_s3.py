@@ -539,8 +539,11 @@ class S3Store:
             if code in ("NoSuchKey", "NotFound"):
                 return None
             if status == 404 and code in (None, "", "404"):
-                # A GET's error always names its code; none means the error body was cut
-                # off in transit: ask again rather than call the object missing.
+                # S3 names the code of a GET's error; none means the error body was cut
+                # off in transit, or a gateway in between sends bare 404s. A HEAD settles
+                # it (its answer has no body to lose): missing, or ask again.
+                if self._size_of(full) is None:
+                    return None
                 raise http.client.IncompleteRead(b"") from exc
             if code == "InvalidRange" or status == 416:
                 return _EMPTY  # ranges are invalid on empty objects only
