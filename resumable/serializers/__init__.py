@@ -114,24 +114,13 @@ def get_serializer(spec: str | Serializer) -> Serializer:
     return spec
 
 
-def dumps_frames(
-    serializer: Serializer, obj: Any, what: str, alloc: Alloc | None = None, root: str = "state"
+def dumps_views(
+    serializer: Serializer, obj: Any, what: str, root: str = "state"
 ) -> list[Buffer]:
-    """Serialize ``obj``; failures become SerializationError naming the offending part."""
-    try:
-        if isinstance(serializer, PickleSerializer):
-            return serializer.dumps_frames(obj, alloc)
-        return [serializer.dumps(obj)]
-    except SerializationError:
-        raise
-    except ConfigurationError:
-        raise
-    except Exception as err:
-        raise SerializationError(_explain(serializer, obj, what, root, err)) from err
+    """Serialize ``obj``; out-of-band buffers stay views of the live object.
 
-
-def dumps_views(serializer: Serializer, obj: Any, what: str) -> list[Buffer]:
-    """Like ``dumps_frames`` but out-of-band buffers stay views of the live object."""
+    Failures become SerializationError naming the offending part.
+    """
     try:
         if isinstance(serializer, PickleSerializer):
             return serializer.dumps_views(obj)
@@ -139,7 +128,14 @@ def dumps_views(serializer: Serializer, obj: Any, what: str) -> list[Buffer]:
     except (SerializationError, ConfigurationError):
         raise
     except Exception as err:
-        raise SerializationError(_explain(serializer, obj, what, "state", err)) from err
+        raise SerializationError(_explain(serializer, obj, what, root, err)) from err
+
+
+def dumps_frames(
+    serializer: Serializer, obj: Any, what: str, alloc: Alloc | None = None, root: str = "state"
+) -> list[Buffer]:
+    """Like ``dumps_views``, with private copies of the buffers (see ``copy_frames``)."""
+    return copy_frames(dumps_views(serializer, obj, what, root), alloc)
 
 
 def copy_frames(frames: Sequence[Buffer], alloc: Alloc | None = None) -> list[Buffer]:
