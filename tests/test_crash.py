@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,11 +15,16 @@ from hypothesis import strategies as st
 from resumable._errors import EXIT_SIGTERM
 from resumable._run import Run
 from resumable.stores import open_store
-from tests.toy import Crash, Faults, make_evolve, reference
+from tests.toy import (
+    Faults,
+    call_until_done,
+    finish_worker,
+    make_evolve,
+    reference,
+    start_worker,
+)
 
 GENERATIONS = 12
-WORKER = Path(__file__).parent / "workers" / "core_worker.py"
-ROOT = Path(__file__).resolve().parents[1]
 _stores = iter(range(10**9))
 
 
@@ -42,17 +44,7 @@ def test_any_crash_points_resume_to_the_uninterrupted_result(
     expected = reference(GENERATIONS)
     faults = Faults(crash_at=set(crash_at))
     evolve = make_evolve(faults, store=f"memory://crash-{next(_stores)}", every=every)
-    random.seed(0)
-    np.random.seed(0)
-    crashes = 0
-    while True:
-        try:
-            result = evolve(GENERATIONS)
-            break
-        except Crash:
-            crashes += 1
-            random.seed(reseed + crashes)
-            np.random.seed((reseed + crashes) % 2**32)
+    result, crashes = call_until_done(evolve, GENERATIONS, reseed)
     assert crashes == len(crash_at)
     assert result == expected
     assert len(faults.entered) == crashes + 1
@@ -70,19 +62,8 @@ def test_in_process_restarts_give_the_uninterrupted_result(crash_at: set[int]) -
     assert len(faults.entered) == len(crash_at) + 1
 
 
-def start_worker(store: str, generations: int, pause: float, every: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), store, str(generations), str(pause), every],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
-
-
 def finish(store: str, generations: int, every: str = "generation") -> str:
-    proc = start_worker(store, generations, 0.0, every)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    return next(line.split()[1] for line in out.splitlines() if line.startswith("RESULT"))
+    return finish_worker(store, generations, every)[0]
 
 
 def test_sigkill_at_random_moments_resumes_to_the_reference(tmp_path: Path) -> None:

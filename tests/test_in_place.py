@@ -11,8 +11,6 @@ import logging
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -30,11 +28,16 @@ from resumable._decorator import parse_size
 from resumable._errors import EXIT_SIGTERM
 from resumable._run import Run
 from resumable.stores import open_store
-from tests.toy import Crash, Faults, make_evolve, reference
+from tests.toy import (
+    Faults,
+    call_until_done,
+    finish_worker,
+    make_evolve,
+    reference,
+    start_worker,
+)
 
 GENERATIONS = 12
-WORKER = Path(__file__).parent / "workers" / "core_worker.py"
-ROOT = Path(__file__).resolve().parents[1]
 _stores = iter(range(10**9))
 
 
@@ -153,18 +156,8 @@ def test_in_place_any_crash_points_resume_to_the_uninterrupted_result(
     expected = reference(GENERATIONS)
     faults = Faults(crash_at=set(crash_at))
     evolve = make_evolve(faults, store=f"memory://in-place-{next(_stores)}", every=every)
-    random.seed(0)
-    np.random.seed(0)
-    crashes = 0
     with snapshot_limit("0"):
-        while True:
-            try:
-                result = evolve(GENERATIONS)
-                break
-            except Crash:
-                crashes += 1
-                random.seed(reseed + crashes)
-                np.random.seed((reseed + crashes) % 2**32)
+        result, crashes = call_until_done(evolve, GENERATIONS, reseed)
     assert crashes == len(crash_at)
     assert result == expected
 
@@ -186,20 +179,13 @@ def test_in_place_restarts_resume_from_the_store(crash_at: set[int], every: int)
     assert faults.entered == starts
 
 
-def start_worker(store: str, generations: int, pause: float, every: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_SNAPSHOT_LIMIT="0")
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), store, str(generations), str(pause), every],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
+IN_PLACE = {"RESUMABLE_SNAPSHOT_LIMIT": "0"}
 
 
 def finish(store: str, generations: int) -> str:
-    proc = start_worker(store, generations, 0.0, "generation")
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    result, err = finish_worker(store, generations, env=IN_PLACE)
     assert "saved in place" in err
-    return next(line.split()[1] for line in out.splitlines() if line.startswith("RESULT"))
+    return result
 
 
 def test_in_place_sigkill_and_sigterm_resume_to_the_reference(tmp_path: Path) -> None:
@@ -210,7 +196,7 @@ def test_in_place_sigkill_and_sigterm_resume_to_the_reference(tmp_path: Path) ->
     schedule = random.Random(11)
     progress = []
     for _ in range(4):
-        proc = start_worker(store, generations, 0.01, "generation")
+        proc = start_worker(store, generations, 0.01, "generation", IN_PLACE)
         assert proc.stdout is not None
         proc.stdout.readline()  # "done N": past start-up, however slow the machine is
         time.sleep(schedule.uniform(0.0, 0.3))
@@ -218,7 +204,7 @@ def test_in_place_sigkill_and_sigterm_resume_to_the_reference(tmp_path: Path) ->
         proc.wait(timeout=30)
         latest = Run(open_store(store), "worker").load_latest(with_state=False)
         progress.append(0 if latest is None else latest.step)
-    proc = start_worker(store, generations, 0.01, "generation")
+    proc = start_worker(store, generations, 0.01, "generation", IN_PLACE)
     assert proc.stdout is not None
     seen = 0
     for line in proc.stdout:
@@ -265,7 +251,7 @@ def test_in_place_sigterm_between_saves_keeps_the_last_save(tmp_path: Path) -> N
     """every=5 in place: SIGTERM ends at once with exit 143; the newest checkpoint is a
     multiple of 5 (no copy of later states was kept) and the log names that step."""
     store = str(tmp_path / "store")
-    proc = start_worker(store, 1000, 0.02, "5")
+    proc = start_worker(store, 1000, 0.02, "5", IN_PLACE)
     assert proc.stdout is not None and proc.stderr is not None
     for line in proc.stdout:
         if line.startswith("done") and int(line.split()[1]) >= 8:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Generator
+import subprocess
+import sys
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,3 +72,44 @@ def reference(generations: int, pop: int = 8, seed: int = 0) -> float:
             next(gen)
         except StopIteration as stop:
             return float(stop.value)
+
+
+def call_until_done(evolve: Callable[[int], Any], generations: int, reseed: int) -> tuple[Any, int]:
+    """Call ``evolve(generations)`` until it returns: (result, crashes along the way).
+
+    Between attempts the global RNGs are scrambled, as in a new process.
+    """
+    random.seed(0)
+    np.random.seed(0)
+    crashes = 0
+    while True:
+        try:
+            return evolve(generations), crashes
+        except Crash:
+            crashes += 1
+            random.seed(reseed + crashes)
+            np.random.seed((reseed + crashes) % 2**32)
+
+
+WORKER = Path(__file__).parent / "workers" / "core_worker.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_worker(store: str, generations: int, pause: float, every: str,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``workers/core_worker.py`` as a real process (``env`` adds variables)."""
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), store, str(generations), str(pause), every],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+    )
+
+
+def finish_worker(store: str, generations: int, every: str = "generation",
+                  env: dict[str, str] | None = None) -> tuple[str, str]:
+    """Run a worker to the end: (its result as float.hex(), its stderr)."""
+    proc = start_worker(store, generations, 0.0, every, env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result = next(line.split()[1] for line in out.splitlines() if line.startswith("RESULT"))
+    return result, err
