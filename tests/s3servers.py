@@ -31,6 +31,13 @@ ACCESS_KEY = "resumable-test-key"
 SECRET_KEY = "resumable-test-secret"
 REGION = "us-east-1"
 
+# Wrong credentials and the S3 error code a signature-checking server (rclone) answers:
+# (variable, wrong value, code). moto accepts any credentials.
+BAD_CREDENTIALS = [
+    ("AWS_ACCESS_KEY_ID", "not-a-key", "InvalidAccessKeyId"),
+    ("AWS_SECRET_ACCESS_KEY", "wrong-secret", "SignatureDoesNotMatch"),
+]
+
 _counter = itertools.count()
 
 

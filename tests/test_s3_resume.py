@@ -14,7 +14,7 @@ import pytest
 from resumable import StoreError, checkpointed
 from resumable.stores import open_store
 from tests.faultproxy import FaultProxy
-from tests.s3servers import S3Server
+from tests.s3servers import BAD_CREDENTIALS, S3Server
 from tests.toy import Crash, Faults, make_evolve, reference
 
 pytestmark = pytest.mark.s3
@@ -225,11 +225,7 @@ def test_missing_bucket_through_the_decorator(
     assert faults.entered == []  # the body never ran
 
 
-@pytest.mark.parametrize(
-    ("variable", "value", "code"),
-    [("AWS_ACCESS_KEY_ID", "not-a-key", "InvalidAccessKeyId"),
-     ("AWS_SECRET_ACCESS_KEY", "wrong-secret", "SignatureDoesNotMatch")],
-)
+@pytest.mark.parametrize(("variable", "value", "code"), BAD_CREDENTIALS)
 def test_bad_credentials_through_the_decorator(
     rclone_server: S3Server,
     s3_env: Callable[..., Any],

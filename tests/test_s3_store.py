@@ -16,7 +16,7 @@ from resumable._retry import is_transient
 from resumable.stores import open_store
 from resumable.stores._s3 import S3Store
 from tests.faultproxy import FaultProxy
-from tests.s3servers import S3Server
+from tests.s3servers import BAD_CREDENTIALS, S3Server
 
 pytestmark = pytest.mark.s3
 
@@ -205,13 +205,7 @@ def test_missing_bucket_fails_fast(s3_server: S3Server, s3_env: Callable[..., An
     _assert_fast_one_line_error(lambda: store.list("run/"), "NoSuchBucket")
 
 
-@pytest.mark.parametrize(
-    ("variable", "value", "code"),
-    [
-        ("AWS_ACCESS_KEY_ID", "not-a-key", "InvalidAccessKeyId"),
-        ("AWS_SECRET_ACCESS_KEY", "wrong-secret", "SignatureDoesNotMatch"),
-    ],
-)
+@pytest.mark.parametrize(("variable", "value", "code"), BAD_CREDENTIALS)
 def test_bad_credentials_fail_fast(
     rclone_server: S3Server,
     s3_env: Callable[..., Any],
