@@ -258,7 +258,7 @@ class _Execution:
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _snapshot_limit()
         self.in_place_saved = False
-        self.in_place_step = 0  # the last step saved in place
+        self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
         self.last_save = time.monotonic()
 
     # -- signals --------------------------------------------------------------------
@@ -338,13 +338,11 @@ class _Execution:
             snap.release()
             self.in_place_saved = True
         self._wait_for_saves()
-        self.in_place_step = snap.step
+        self.durable_step = snap.step
 
-    def _durable_step(self, step: int) -> int:
+    def _saved_step(self) -> int:
         """The step the last flush made durable (for the SIGTERM log line)."""
-        if self.last_snap is not None:
-            return self.last_snap.step
-        return self.in_place_step if self.in_place_saved else step
+        return self.last_snap.step if self.last_snap is not None else self.durable_step
 
     def _wait_for_saves(self) -> None:
         try:
@@ -432,7 +430,7 @@ class _Execution:
         else:
             log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
         start_step = step
-        self.in_place_step = step  # durable already: the checkpoint resumed from
+        self.durable_step = step  # the checkpoint resumed from, or 0
         last_state = state
         failures = 0
         progress = self._progress(step)
@@ -515,13 +513,13 @@ class _Execution:
             self.in_body = False
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
-                        self._durable_step(step))
+                        self._saved_step())
             raise
         except GeneratorExit:  # an f.iter consumer stopped early: keep what it saw
             self._flush_last()
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
-                            self._durable_step(step))
+                            self._saved_step())
             raise
         finally:
             # Each step runs even if one before it fails (a body whose cleanup raises):
