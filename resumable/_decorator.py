@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import inspect
 import logging
 import os
 import random
-import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import FrameType
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from . import _rng
+from . import _rng, _signals
 from ._errors import ConfigurationError, FencedError, ResumableError
-from ._policy import KeepLast, SavePolicy, parse_every
+from ._policy import EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Progress
 from ._run import BufferPool, Checkpoint, Run, Snapshot
 from ._runid import resolve_run_id, validate_run_id
@@ -32,13 +30,6 @@ log = logging.getLogger("resumable")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class _Terminated(SystemExit):
-    """Raised into the body by our SIGTERM handler; uncaught, the process exits 143."""
-
-    def __init__(self) -> None:
-        super().__init__(143)
 
 
 def _signing_key(value: bytes | str | None) -> bytes | None:
@@ -237,7 +228,12 @@ class _Options:
 
 
 class _Execution:
-    """One call: resume or start, drive the body, save, restart, finish."""
+    """One call: resume or start, drive the body, save, restart, finish.
+
+    The loop reads: start -> (run the body to its next yield, checkpoint it if due,
+    hand it to the consumer) -> finish. Snapshots are taken only at due yields (every
+    yield with ``every="generation"``), at a SIGTERM's next yield and at the end.
+    """
 
     def __init__(self, fn: CheckpointedFunction[Any, Any], run: Run,
                  bound: inspect.BoundArguments) -> None:
@@ -245,53 +241,73 @@ class _Execution:
         self.opts = fn._opts
         self.run = run
         self.bound = bound
-        self.in_body = False
-        self.suspended = False
-        self.terminate = False
+        self.thread = threading.current_thread()
+        self.suspended = False  # at a yield: the consumer runs, not the body
+        self.terminate = False  # SIGTERM: save the next yield's state, then stop
+        self.interrupted = False  # no yield came in time: nothing the body yields is saved
         self.progress: Progress | None = None
         self.uploader = Uploader(f"resumable-upload-{run.run_id}", duty=_upload_duty())
         # $RESUMABLE_SYNC=1: every save completes before the body goes on (no coalescing).
         self.synchronous = os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0")
-        self.last_snap: Snapshot | None = None
+        self.last_snap: Snapshot | None = None  # the newest snapshot (due yields only)
         self.pool = BufferPool()
         self.submitted_step = -1
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _snapshot_limit()
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
-        self.last_save = time.monotonic()
+        self.timed = isinstance(self.opts.every, EverySeconds)
+        self.last_save = time.monotonic() if self.timed else 0.0
+        self.step = 0
+        self.held: Any = None  # the state the consumer holds (the last one yielded)
+        self.outer: weakref.ref[Generator[Any, None, Any]] | None = None
 
-    # -- signals --------------------------------------------------------------------
+    # -- signals (called by _signals; on_sigterm runs inside the handler: flags only) ------
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # No blocking work here: the interrupted code may hold locks (a logging handler's,
-        # say) that the upload thread needs. Raise, let the stack unwind, save there.
+    def on_sigterm(self) -> None:
         self.terminate = True
-        if self.in_body:
-            raise _Terminated()
-        if self.suspended:
-            # An f.iter consumer is working on a yielded state: stop it now rather than at
-            # its next request. Unwinding closes this generator, whose GeneratorExit path
-            # saves; atexit is the backstop if something keeps the generator alive.
-            self.suspended = False
-            atexit.register(self._save_at_exit)
-            raise _Terminated()
 
-    def _save_at_exit(self) -> None:
-        try:
-            self._flush_last()
-        except BaseException as err:
-            log.error("run %s: saving at exit after SIGTERM failed: %s", self.run.where(), err)
+    def interrupt(self) -> None:
+        self.interrupted = True
 
-    def _install_sigterm(self) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        try:
-            return signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:
-            return None
+    def close_at_exit(self) -> None:
+        outer = self.outer() if self.outer is not None else None
+        if outer is not None:
+            outer.close()  # GeneratorExit at the yield: saves the state the consumer holds
 
     # -- saving ---------------------------------------------------------------------
+
+    def _checkpoint(self, state: Any, step: int, *, force: bool = False) -> None:
+        """Snapshot ``state`` (the one yielded at ``step``) if due, and hand it to the uploader.
+
+        The previous snapshot is let go of first, so its buffers can be reused.
+        """
+        if not (force or self.terminate or self.opts.every.due(
+                step, time.monotonic() - self.last_save if self.timed else 0.0)):
+            return
+        if step == self.durable_step or (self.last_snap is not None
+                                          and self.last_snap.step == step):
+            return
+        rng = _rng.capture() if self.opts.capture_rng else None
+        previous = self.last_snap
+        if previous is not None and previous.step == self.submitted_step:
+            # Handed over already: the uploader holds it as long as it needs it.
+            previous.release()
+            self.last_snap = previous = None
+        try:
+            snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit)
+        except BaseException as err:
+            # A state that cannot be serialized: the last good state is still saved.
+            self._flush_after_error(err)
+            raise
+        if previous is not None:
+            previous.release()
+        if snap.in_place:
+            self.last_snap = None
+            self._save_in_place(snap)
+        else:
+            self.last_snap = snap
+            self._save(snap)
 
     def _save(self, snap: Snapshot, *, final: bool = False) -> None:
         progress = self.progress
@@ -307,36 +323,33 @@ class _Execution:
         snap.hold()
         try:
             self.uploader.submit(job, on_drop=snap.release, raise_pending=not final)
-        except BaseException:
+        except BaseException as err:
             snap.release()  # an earlier save failed; this one was never handed over
+            if not final:
+                self._flush_after_error(err)
             raise
         self.submitted_step = snap.step
-        self.last_save = time.monotonic()
+        if self.timed:
+            self.last_save = time.monotonic()
         if self.synchronous and not final:
             self._wait_for_saves()
 
-    def _save_in_place(self, snap: Snapshot, due: bool) -> None:
+    def _save_in_place(self, snap: Snapshot) -> None:
         """Save a state too large to copy (see Run.snapshot) before the body resumes.
 
         Its frames alias the live state, so the save completes here and nothing keeps
-        them: between saves no yielded state is held, and a restart or a SIGTERM falls
-        back to the last save.
+        them: a restart or a SIGTERM falls back to the last save.
         """
         if not self.in_place_saved:
             log.info(
                 "run %s: the state (%.0f MiB) is larger than $RESUMABLE_SNAPSHOT_LIMIT "
                 "(%.0f MiB), so it is saved in place, without a copy: the loop waits for "
                 "each save", self.run.where(), snap.size / 2**20, self.copy_limit / 2**20)
+            self.in_place_saved = True
         try:
-            if not due:
-                return
-            if self.last_snap is not None:  # older than what is about to be saved
-                self.last_snap.release()
-                self.last_snap = None
             self._save(snap)
         finally:
             snap.release()
-            self.in_place_saved = True
         self._wait_for_saves()
         self.durable_step = snap.step
 
@@ -352,13 +365,27 @@ class _Execution:
             raise
 
     def _flush_last(self) -> None:
-        """Make the last yielded state durable (end, exception, SIGTERM).
+        """Make the last snapshot durable (end, exception, SIGTERM).
 
         It is saved even when an earlier save failed; only its own failure is raised.
         """
         if self.last_snap is not None and self.last_snap.step != self.submitted_step:
             self._save(self.last_snap, final=True)
         self._wait_for_saves()
+
+    def _flush_after_error(self, err: BaseException) -> None:
+        """Save the last snapshot after the body raised; a failure to save is noted.
+
+        A fenced attempt, or an interrupt during the save, ends the run at once.
+        """
+        try:
+            self._flush_last()
+        except BaseException as flush_err:
+            if isinstance(flush_err, FencedError) or not isinstance(flush_err, Exception):
+                raise flush_err from err
+            log.error("run %s: saving the last state after %s failed: %s", self.run.where(),
+                      type(err).__name__, flush_err)
+            err.add_note(f"resumable: saving the last snapshot also failed: {flush_err}")
 
     # -- the loop -------------------------------------------------------------------
 
@@ -389,14 +416,14 @@ class _Execution:
         return None, 0, None
 
     def _restart_point(self, resumed: Checkpoint | None) -> tuple[Any, int]:
-        """Where an in-process restart begins: the last yielded state, else the start."""
+        """Where an in-process restart begins: the last snapshot, else the store, else the start."""
         if self.last_snap is not None:
             state, rng = self.run.restore_snapshot(self.last_snap)
             self._restore_rng(rng)
             return state, self.last_snap.step
-        # The body may have changed the loaded state in place; and a state saved in place
-        # is kept only in the store.
-        if resumed is not None or self.in_place_saved:
+        # The body may have changed the loaded state in place; a state saved in place, or
+        # a due state whose snapshot was let go of once durable, is kept only in the store.
+        if resumed is not None or self.submitted_step >= 0 or self.in_place_saved:
             again = self.run.load_latest()
             if again is not None:
                 self._restore_rng(again.rng)
@@ -416,6 +443,11 @@ class _Execution:
         return Progress(bool(spec), total=total, initial=initial, desc=self.fn._func.__name__)
 
     def states(self) -> Generator[Any, None, Any]:
+        gen = self._drive()
+        self.outer = weakref.ref(gen)
+        return gen
+
+    def _drive(self) -> Generator[Any, None, Any]:
         run = self.run
         found, value = run.load_result()
         if found:
@@ -431,33 +463,34 @@ class _Execution:
             log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
         start_step = step
         self.durable_step = step  # the checkpoint resumed from, or 0
+        self.thread = threading.current_thread()
         last_state = state
         failures = 0
-        progress = self._progress(step)
-        self.progress = progress
-        previous_handler = self._install_sigterm()
+        progress = self.progress = self._progress(step)
         gen = self._body(state)
+        _signals.enter(self)
         try:
             while True:
                 try:
-                    self.in_body = True
-                    if self.terminate:
-                        raise _Terminated()
                     yielded = next(gen)
                 except StopIteration as stop:
-                    self.in_body = False
                     result = stop.value if stop.value is not None else last_state
+                    if step > start_step and not self.interrupted:
+                        self._checkpoint(last_state, step, force=True)  # the final state
                     self._flush_last()
                     run.write_result(result)
                     log.info("run %s finished at step %d (%d new, %d snapshot(s) coalesced)",
                              run.where(), step, step - start_step, self.uploader.skipped)
                     if self.terminate:  # SIGTERM during the final save: saved, now exit
-                        raise _Terminated() from None
+                        raise _signals.terminated() from None
                     return result
-                except _Terminated:
+                except _signals.TERMINATION:
                     raise
                 except BaseException as err:
-                    self.in_body = False
+                    if self.terminate:  # e.g. a process pool whose workers the SIGTERM ended
+                        log.warning("run %s: body raised %s after SIGTERM: %s", run.where(),
+                                    type(err).__name__, err)
+                        raise _signals.terminated() from err
                     self._flush_after_error(err)
                     if (isinstance(err, self.opts.restart_on)
                             and not isinstance(err, ResumableError)
@@ -466,7 +499,7 @@ class _Execution:
                         gen.close()
                         _restart_pause(failures, lambda: self.terminate)
                         if self.terminate:
-                            raise _Terminated() from err
+                            raise _signals.terminated() from err
                         state, step = self._restart_point(resumed)
                         log.warning("run %s: body raised %s: %s; restart %d of %d from step %d",
                                     run.where(), type(err).__name__, err, failures,
@@ -475,47 +508,33 @@ class _Execution:
                         gen = self._body(state)
                         continue
                     raise
-                finally:
-                    self.in_body = False
-                # A SIGTERM here (between the yield and the snapshot) costs at most this
-                # generation: the outer handler saves the previous one.
+                if self.interrupted:  # the body went on after its interruption: not saved
+                    raise _signals.terminated()
                 step += 1
                 failures = 0
-                try:
-                    rng = _rng.capture() if self.opts.capture_rng else None
-                    snap = run.snapshot(yielded, step, rng, self.pool, self.copy_limit)
-                    last_state = yielded
-                    due = self.opts.every.due(step, time.monotonic() - self.last_save)
-                    if snap.in_place:
-                        self._save_in_place(snap, due)
-                    else:
-                        if self.last_snap is not None:
-                            self.last_snap.release()
-                        self.last_snap = snap
-                        if due:
-                            self._save(self.last_snap)
-                except _Terminated:
-                    raise
-                except BaseException as err:
-                    # A state that cannot be serialized, or storage failing for good:
-                    # the last good state is still saved before the error propagates.
-                    self._flush_after_error(err)
-                    raise
+                last_state = self.held = yielded
+                self.step = step
+                self._checkpoint(yielded, step)
+                if self.terminate:
+                    self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile
+                    raise _signals.terminated()
                 progress.advance(step)
                 self.suspended = True
                 try:
-                    if self.terminate:  # SIGTERM arrived during the bookkeeping
-                        raise _Terminated()
                     yield yielded
                 finally:
                     self.suspended = False
-        except _Terminated:
-            self.in_body = False
+        except _signals.TERMINATION:
             self._flush_last()
-            log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
-                        self._saved_step())
+            log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
+                        self._saved_step(), "stopping" if _signals.interactive()
+                        else "exiting with 143")
+            if self.thread is threading.main_thread():
+                _signals.chain_once()
             raise
-        except GeneratorExit:  # an f.iter consumer stopped early: keep what it saw
+        except GeneratorExit:  # an f.iter consumer stopped early: keep what it holds
+            if not self.interrupted and self.step > start_step:
+                self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
@@ -523,30 +542,16 @@ class _Execution:
             raise
         finally:
             # Each step runs even if one before it fails (a body whose cleanup raises):
-            # a handler left installed would swallow every later SIGTERM.
+            # a run left registered would keep the SIGTERM handler installed.
             with contextlib.ExitStack() as cleanup:
-                if previous_handler is not None:
-                    cleanup.callback(signal.signal, signal.SIGTERM, previous_handler)
+                cleanup.callback(_signals.leave, self)
                 cleanup.callback(self.pool.clear)
                 if self.last_snap is not None:
                     cleanup.callback(self.last_snap.release)
                 cleanup.callback(self.uploader.close)
                 cleanup.callback(progress.close)
                 cleanup.callback(gen.close)
-
-    def _flush_after_error(self, err: BaseException) -> None:
-        """Save the last yielded state after the body raised; a failure to save is noted.
-
-        A fenced attempt, or an interrupt during the save, ends the run at once.
-        """
-        try:
-            self._flush_last()
-        except BaseException as flush_err:
-            if isinstance(flush_err, FencedError) or not isinstance(flush_err, Exception):
-                raise flush_err from err
-            log.error("run %s: saving the last state after %s failed: %s", self.run.where(),
-                      type(err).__name__, flush_err)
-            err.add_note(f"resumable: saving the last yielded state also failed: {flush_err}")
+                self.held = None
 
 
 def checkpointed(

@@ -186,10 +186,15 @@ def test_latest_and_reset(memory_url: str) -> None:
     assert open_store(memory_url).list(evolve.run_id(8) + "/") == []
 
 
-def test_snapshot_is_taken_at_the_yield(memory_url: str) -> None:
-    """The body may change the yielded object right after the yield; the save holds the yield."""
+@pytest.mark.parametrize(("every", "saved_step"), [("generation", 3), (2, 2), (1000, None)])
+def test_snapshot_is_taken_at_the_yield(memory_url: str, every: Any, saved_step: int | None
+                                        ) -> None:
+    """The body may change the yielded object right after the yield; the save holds the yield.
 
-    @checkpointed(store=memory_url, every=1000)
+    Only due yields are snapshotted: after the crash the last due state stands.
+    """
+
+    @checkpointed(store=memory_url, every=every)
     def mutate(n: int, *, state: Any = None) -> Any:
         state = state if state is not None else {"i": 0, "arr": np.zeros(4)}
         while state["i"] < n:
@@ -203,8 +208,11 @@ def test_snapshot_is_taken_at_the_yield(memory_url: str) -> None:
     with pytest.raises(Crash):
         mutate(5)
     cp = mutate.latest(5)
-    assert cp is not None and cp.step == 3
-    assert cp.state["i"] == 3 and cp.state["arr"].tolist() == [3.0] * 4
+    if saved_step is None:
+        assert cp is None
+        return
+    assert cp is not None and cp.step == saved_step
+    assert cp.state["i"] == saved_step and cp.state["arr"].tolist() == [saved_step] * 4
     cp.state["arr"][0] = 7.0  # arrays of a loaded checkpoint are writable
 
 
@@ -300,8 +308,9 @@ def test_unhashable_argument_asks_for_run_id(memory_url: str) -> None:
 
 
 def test_every_n_follows_the_global_step_across_a_resume(memory_url: str) -> None:
-    """every=3 saves only steps 3, 6, 9 (plus the last yielded state), across a resume.
+    """every=3 saves only steps 3, 6, 9 (plus the final state), across a resume.
 
+    Only due yields are snapshotted, so when the body raises the last due state stands.
     Uploads coalesce (a waiting snapshot is replaced by a newer one), so the test checks
     that nothing off the schedule is written, not that every scheduled step survives.
     """
@@ -309,12 +318,11 @@ def test_every_n_follows_the_global_step_across_a_resume(memory_url: str) -> Non
     with pytest.raises(Crash):
         evolve(10)
     steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(10))]
-    assert steps[-1] == 4  # the last yielded state, saved when the body raised
-    assert set(steps) <= {3, 4}
+    assert steps == [3]  # the last due state; step 4 was never snapshotted
     evolve(10)
     steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(10))]
     assert steps[-1] == 10
-    assert set(steps) <= {3, 4, 6, 9, 10}
+    assert set(steps) <= {3, 6, 9, 10}
 
 
 def test_duration_every_saves_only_at_the_end_when_long(memory_url: str) -> None:

@@ -248,18 +248,23 @@ def test_in_place_multipart_state_is_bit_exact_on_s3(
 
 
 def test_in_place_sigterm_between_saves_keeps_the_last_save(tmp_path: Path) -> None:
-    """every=5 in place: SIGTERM ends at once with exit 143; the newest checkpoint is a
-    multiple of 5 (no copy of later states was kept) and the log names that step."""
+    """every=5 in place: on SIGTERM the body runs to its next yield, which is saved (due
+    or not), exit 143; earlier checkpoints are multiples of 5 (no copy of other states
+    was kept) and the log names the step saved."""
     store = str(tmp_path / "store")
     proc = start_worker(store, 1000, 0.02, "5", IN_PLACE)
     assert proc.stdout is not None and proc.stderr is not None
     for line in proc.stdout:
         if line.startswith("done") and int(line.split()[1]) >= 8:
+            seen = int(line.split()[1])
             break
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == EXIT_SIGTERM, err
-    latest = Run(open_store(store), "worker").load_latest()
-    assert latest is not None and latest.step >= 5 and latest.step % 5 == 0
+    run = Run(open_store(store), "worker")
+    latest = run.load_latest()
+    assert latest is not None and latest.step > seen  # the yield after the SIGTERM
     assert latest.state["generation"] == latest.step
+    older = [int(n.rsplit("-", 1)[1]) for n in run.checkpoint_names()][:-1]
+    assert older and all(step % 5 == 0 for step in older), older
     assert f"saved at step {latest.step};" in err

@@ -1,0 +1,294 @@
+"""One process-wide SIGTERM handler that serves every active run, in every thread.
+
+On SIGTERM no body is interrupted: each active run saves the state of its next yield
+(due or not) and ends, and the process exits 143. Only a run that yields nothing within
+$RESUMABLE_TERM_TIMEOUT seconds (default 20) is interrupted; its last saved state stands.
+
+- The handler acts only in the process that installed it: a forked child (a
+  ``multiprocessing`` pool worker, say) gets the default action back at fork, so a
+  SIGTERM to the whole process group stops the children as if we were not there.
+- An application's own handler is called after the runs have saved; an ignored SIGTERM
+  stays ignored (nothing is installed); the previous handler is restored once no run
+  is active (from the main thread; elsewhere the handler stays and just chains).
+- Python handlers can only be installed from the main thread: a run started first in
+  another thread logs a WARNING once, naming ``install_signal_handlers()``.
+- Exit status 143 is for scripts; in an interactive session (``python -i``, a REPL,
+  IPython/Jupyter) the run ends with ``KeyboardInterrupt`` and the session lives on.
+- At interpreter exit, runs still suspended at a yield (``it = f.iter(...)`` left
+  unfinished) are closed, which saves the state they yielded, while the upload thread
+  still lives; runs in other threads told to stop by a SIGTERM are waited for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any, Protocol
+
+from ._errors import ConfigurationError
+
+log = logging.getLogger("resumable")
+
+DEFAULT_TERM_TIMEOUT = 20.0
+
+
+class Terminated(SystemExit):
+    """Ends a run after a SIGTERM (its state saved); uncaught, a script exits 143."""
+
+    def __init__(self) -> None:
+        super().__init__(143)
+
+
+class TerminatedInteractive(KeyboardInterrupt):
+    """The same in an interactive session, which must survive it (no exit status there)."""
+
+
+TERMINATION = (Terminated, TerminatedInteractive)
+
+
+def interactive() -> bool:
+    """True in ``python -i``, the plain REPL, IPython and Jupyter kernels."""
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return True
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    return get is not None and get() is not None
+
+
+def terminated() -> BaseException:
+    if interactive():
+        return TerminatedInteractive("SIGTERM: the run saved its state and stopped")
+    return Terminated()
+
+
+def term_timeout() -> float:
+    """$RESUMABLE_TERM_TIMEOUT: seconds a run may take to reach its next yield after SIGTERM."""
+    raw = os.environ.get("RESUMABLE_TERM_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_TERM_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ConfigurationError(
+            f"$RESUMABLE_TERM_TIMEOUT={raw!r} must be a number of seconds >= 0, e.g. 20 "
+            "(the pod's terminationGracePeriodSeconds must cover it plus one save)"
+        )
+    return value
+
+
+class Active(Protocol):
+    """What the handler needs of a run (``_Execution``)."""
+
+    thread: threading.Thread
+    suspended: bool  # at a yield: its consumer (not its body) is running
+
+    def on_sigterm(self) -> None: ...  # set flags only: runs inside the signal handler
+    def interrupt(self) -> None: ...  # the timeout passed: stop the body now
+    def close_at_exit(self) -> None: ...  # suspended at interpreter exit: save and end
+
+
+_lock = threading.Condition(threading.Lock())
+_runs: list[Active] = []
+_installed = False
+_pinned = False  # install_signal_handlers() was called: stays installed
+_previous: Any = None
+_owner = 0  # the pid that installed the handler
+_warned = False
+_term_at: float | None = None  # when the SIGTERM being served arrived
+_flagged: list[Active] = []  # runs told to stop by it
+_chained = False
+_exit_hook = False
+
+
+def install_signal_handlers() -> None:
+    """Install the process-wide SIGTERM handler now; call it from the main thread.
+
+    Needed only when runs start in other threads before any run has started in the
+    main thread: Python lets only the main thread install signal handlers.
+    """
+    global _pinned
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            "resumable.install_signal_handlers() must be called from the main thread "
+            "(Python installs signal handlers only there), e.g. at the top of your script"
+        )
+    with _lock:
+        _install()
+        _pinned = True
+
+
+def _install() -> bool:
+    global _installed, _previous, _owner
+    if _installed:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN or previous is None:
+        return False  # ignored stays ignored; a handler set outside Python is left alone
+    signal.signal(signal.SIGTERM, _handler)
+    _previous, _owner, _installed = previous, os.getpid(), True
+    return True
+
+
+def _uninstall() -> None:
+    global _installed
+    if _installed and not _pinned and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _previous)
+        _installed = False
+
+
+def enter(run: Active) -> None:
+    """A run starts: it is served by the handler (installed now if this is the main thread)."""
+    global _warned, _exit_hook
+    with _lock:
+        _runs.append(run)
+        if not _exit_hook:
+            threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+            _exit_hook = True
+        if _install() or _warned:
+            return
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
+            return
+        _warned = True
+    log.warning(
+        "run started in thread %r: SIGTERM handling needs a handler installed from the main "
+        "thread, so a SIGTERM would kill this run without saving; call "
+        "resumable.install_signal_handlers() from the main thread first",
+        threading.current_thread().name)
+
+
+def leave(run: Active) -> None:
+    """A run ends (saved, failed or stopped)."""
+    with _lock:
+        if run in _runs:
+            _runs.remove(run)
+        _lock.notify_all()
+        if _runs:
+            return
+        if _term_at is not None and interactive():
+            _reset_term()  # the session lives on: a later SIGTERM starts afresh
+        if _term_at is None:
+            _uninstall()
+
+
+def _reset_term() -> None:
+    global _term_at, _chained
+    _term_at, _chained = None, False
+    _flagged.clear()
+
+
+def terminating() -> bool:
+    return _term_at is not None
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    # No locks and no blocking work here: the interrupted code may hold them.
+    global _term_at
+    if os.getpid() != _owner:  # a child forked without our at-fork reset
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    runs = list(_runs)
+    if _term_at is None and not runs:
+        _chain(signum, frame)
+        return
+    if _term_at is None:
+        _term_at = time.monotonic()
+        _flagged.extend(runs)
+        for run in runs:
+            run.on_sigterm()
+        threading.Thread(target=_watchdog, name="resumable-sigterm", daemon=True).start()
+    elif time.monotonic() - _term_at >= term_timeout():
+        raise terminated()  # sent by the watchdog: the main thread's run missed the deadline
+    else:
+        for run in runs:  # a second SIGTERM, or a run started since
+            if run not in _flagged:
+                _flagged.append(run)
+                run.on_sigterm()
+    mains = [r for r in runs if r.thread is threading.main_thread()]
+    if mains and all(r.suspended for r in mains):
+        # An f.iter consumer is working on a yielded state: stop it now, not at its next
+        # request; closing the run's iterator saves the state it holds.
+        raise terminated()
+    if not mains:
+        # Nothing to finish in this thread: end it; the exit hook waits for the runs in
+        # other threads to save, then the process exits 143.
+        raise terminated()
+
+
+def _watchdog() -> None:
+    deadline = (_term_at or time.monotonic()) + term_timeout()
+    with _lock:
+        while any(r in _runs for r in _flagged) and time.monotonic() < deadline:
+            _lock.wait(deadline - time.monotonic())
+        late = [r for r in _flagged if r in _runs]
+    for run in late:
+        log.warning("SIGTERM: a run in thread %r reached no yield within "
+                    "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
+                    "stands)", run.thread.name, term_timeout())
+        run.interrupt()
+        if run.thread is threading.main_thread():
+            signal.pthread_kill(run.thread.ident or 0, signal.SIGTERM)
+        elif run.thread.ident is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(run.thread.ident), ctypes.py_object(Terminated))
+
+
+def chain_once() -> None:
+    """After the runs saved: call the application's own SIGTERM handler, once."""
+    global _chained
+    if _chained or _term_at is None:
+        return
+    _chained = True
+    _chain(signal.SIGTERM, None)
+
+
+def _chain(signum: int, frame: FrameType | None) -> None:
+    previous = _previous
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL and _term_at is None:
+        # As if we were not installed: the default action (the process dies by SIGTERM).
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _at_exit() -> None:
+    """Before the interpreter joins threads: save what suspended runs hold; let the
+    runs a SIGTERM stopped in other threads finish their save."""
+    for run in list(_runs):
+        if run.suspended and (run.thread is threading.current_thread()
+                              or not run.thread.is_alive()):
+            try:
+                run.close_at_exit()
+            except BaseException as err:  # exit goes on; say what was not saved
+                log.error("saving a run at exit failed: %s", err)
+    if _term_at is not None:
+        deadline = _term_at + term_timeout() + 60.0  # room for the final save
+        with _lock:
+            while any(r in _runs for r in _flagged) and time.monotonic() < deadline:
+                _lock.wait(max(0.0, deadline - time.monotonic()))
+        chain_once()
+
+
+def _after_fork_in_child() -> None:
+    global _installed, _pinned, _term_at, _chained, _lock
+    _lock = threading.Condition(threading.Lock())  # another thread may have held it
+    if _installed and signal.getsignal(signal.SIGTERM) is _handler:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _installed = _pinned = _chained = False
+    _term_at = None
+    _runs.clear()
+    _flagged.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
