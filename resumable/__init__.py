@@ -15,6 +15,7 @@ from ._errors import (
 )
 from ._policy import EveryN, EverySeconds, KeepLast
 from ._run import Checkpoint
+from ._signals import install_signal_handlers
 from .serializers import Serializer, register_serializer
 from .stores import Store, open_store, register_store
 
@@ -38,6 +39,7 @@ __all__ = [
     "Store",
     "StoreError",
     "checkpointed",
+    "install_signal_handlers",
     "open_store",
     "register_serializer",
     "register_store",

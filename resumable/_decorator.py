@@ -270,6 +270,12 @@ class _Execution:
     def interrupt(self) -> None:
         self.interrupted = True
 
+    def wait_for_saves(self) -> None:
+        try:
+            self.uploader.flush()
+        except BaseException as err:
+            log.error("run %s: a save failed: %s", self.run.where(), err)
+
     def close_at_exit(self) -> None:
         outer = self.outer() if self.outer is not None else None
         if outer is not None:

@@ -2,7 +2,9 @@
 
 An uncaught ``ResumableError`` makes the process exit with the error's ``exit_code``
 (after the usual traceback and atexit handlers). Set ``RESUMABLE_EXIT_CODES=0`` to keep
-Python's plain exit status 1.
+Python's plain exit status 1. Exit codes are for scripts: in an interactive session
+(``python -i``, the REPL, IPython/Jupyter) an error is only reported and the session
+goes on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from types import TracebackType
 
 from ._errors import ResumableError
+from ._signals import interactive
 
 _installed = False
 
@@ -26,7 +29,7 @@ def install() -> None:
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)
-        if isinstance(value, ResumableError):
+        if isinstance(value, ResumableError) and not interactive():
             try:
                 atexit._run_exitfuncs()
                 sys.stdout.flush()

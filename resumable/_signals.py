@@ -21,6 +21,7 @@ $RESUMABLE_TERM_TIMEOUT seconds (default 20) is interrupted; its last saved stat
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -93,6 +94,7 @@ class Active(Protocol):
     def on_sigterm(self) -> None: ...  # set flags only: runs inside the signal handler
     def interrupt(self) -> None: ...  # the timeout passed: stop the body now
     def close_at_exit(self) -> None: ...  # suspended at interpreter exit: save and end
+    def wait_for_saves(self) -> None: ...  # from another thread: uploads handed over are done
 
 
 _lock = threading.Condition(threading.Lock())
@@ -226,21 +228,53 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def _watchdog() -> None:
-    deadline = (_term_at or time.monotonic()) + term_timeout()
-    with _lock:
-        while any(r in _runs for r in _flagged) and time.monotonic() < deadline:
-            _lock.wait(deadline - time.monotonic())
-        late = [r for r in _flagged if r in _runs]
-    for run in late:
+    timeout = term_timeout()
+    deadline = (_term_at or time.monotonic()) + timeout
+    if _wait_for_flagged(deadline):
+        return
+    for run in [r for r in _flagged if r in _runs]:
         log.warning("SIGTERM: a run in thread %r reached no yield within "
                     "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
-                    "stands)", run.thread.name, term_timeout())
+                    "stands)", run.thread.name, timeout)
         run.interrupt()
         if run.thread is threading.main_thread():
             signal.pthread_kill(run.thread.ident or 0, signal.SIGTERM)
         elif run.thread.ident is not None:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(run.thread.ident), ctypes.py_object(Terminated))
+    if _wait_for_flagged(deadline + timeout) or interactive():
+        return
+    # The interrupted body does not unwind (its cleanup hangs, e.g. terminating a pool
+    # whose workers died holding its queue's lock): finish the saves and leave.
+    for run in [r for r in _flagged if r in _runs]:
+        run.wait_for_saves()
+    _hard_exit("a run did not stop after its interruption")
+
+
+def _wait_for_flagged(deadline: float) -> bool:
+    with _lock:
+        while any(r in _runs for r in _flagged):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _lock.wait(left)
+    return True
+
+
+def _hard_exit(why: str) -> None:
+    log.error("SIGTERM: %s within $RESUMABLE_TERM_TIMEOUT=%gs; its saves are done, "
+              "exiting with 143 now", why, term_timeout())
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(143)
+
+
+def _exit_guard() -> None:
+    # Exit handlers run after the runs saved; one that hangs (multiprocessing's, joining a
+    # pool whose workers the same SIGTERM killed) must not keep the pod alive.
+    time.sleep(term_timeout())
+    _hard_exit("the exit handlers did not finish")
 
 
 def chain_once() -> None:
@@ -273,11 +307,10 @@ def _at_exit() -> None:
             except BaseException as err:  # exit goes on; say what was not saved
                 log.error("saving a run at exit failed: %s", err)
     if _term_at is not None:
-        deadline = _term_at + term_timeout() + 60.0  # room for the final save
-        with _lock:
-            while any(r in _runs for r in _flagged) and time.monotonic() < deadline:
-                _lock.wait(max(0.0, deadline - time.monotonic()))
+        _wait_for_flagged(_term_at + 2 * term_timeout())  # the watchdog acts meanwhile
         chain_once()
+        if not interactive():
+            threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
 
 
 def _after_fork_in_child() -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from resumable._errors import EXIT_SIGTERM
 from resumable._run import Run
@@ -58,11 +62,13 @@ print("still running after SIGTERM", flush=True)
 """
 
 
-def run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+def run_script(tmp_path: Path, source: str, args: list[str] | None = None,
+               **env: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source.format(store=str(tmp_path / "store"))))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    return subprocess.run([sys.executable, str(script), *(args or [])], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
 
 
 def test_sigterm_during_the_final_save_still_exits_143(tmp_path: Path) -> None:
@@ -152,3 +158,354 @@ def test_handler_is_restored_even_when_the_body_cleanup_raises(tmp_path: Path) -
     proc = run_script(tmp_path, _CLEANUP_RAISES)
     assert proc.returncode == -15, (proc.returncode, proc.stderr[-2000:])
     assert "still running" not in proc.stdout
+
+
+# -- the body is not interrupted: it runs to its next yield, which is saved ----------------
+
+_CATCHES_EVERYTHING = """
+import os, signal, sys, time
+from resumable import checkpointed
+
+def fitness(gen):
+    if gen == 3:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the evaluation
+    total = 0
+    for i in range(200):
+        total += i
+        time.sleep(0.001)
+    return total
+
+@checkpointed(store={store!r}, run_id="r", every={every})
+def f(n, *, state=None):
+    state = state or {{"gen": 0, "pen": 0, "fit": 0}}
+    while state["gen"] < n:
+        g = state["gen"] + 1
+        try:
+            state["fit"] += fitness(g)
+        except BaseException:  # a body that swallows everything, as real ones do
+            state["pen"] += 1
+        state["gen"] = g
+        print("done", g, flush=True)
+        yield state
+
+f(20)
+print("still running after SIGTERM", flush=True)
+"""
+
+
+@pytest.mark.parametrize("every", ["'generation'", "5"])
+def test_sigterm_lets_the_generation_finish_and_saves_it(tmp_path: Path, every: str) -> None:
+    """SIGTERM mid-generation: the body is not interrupted (a body catching BaseException
+    yields no damaged state), the generation it was in is saved (due or not), exit 143."""
+    proc = run_script(tmp_path, _CATCHES_EVERYTHING.replace("{every}", every))
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-2000:]
+    assert "still running" not in proc.stdout
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 3  # no generation lost
+    assert latest.state == {"gen": 3, "pen": 0, "fit": 3 * sum(range(200))}
+    assert "saved at step 3; exiting with 143" in proc.stderr
+
+
+_NEVER_YIELDS = """
+import os, signal, threading
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="r")
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        if s == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            threading.Event().wait()  # stuck: no next yield ever comes
+        yield s
+
+f(10)
+"""
+
+
+def test_a_body_that_never_yields_is_interrupted_after_the_timeout(tmp_path: Path) -> None:
+    """No yield within $RESUMABLE_TERM_TIMEOUT: the body is interrupted, the last saved
+    state stands and the process exits 143."""
+    proc = run_script(tmp_path, _NEVER_YIELDS, RESUMABLE_TERM_TIMEOUT="0.5")
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-2000:]
+    assert "reached no yield within $RESUMABLE_TERM_TIMEOUT=0.5s" in proc.stderr
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 2
+
+
+# -- process pools and a SIGTERM to the whole process group -------------------------------
+
+_POOL = """
+import multiprocessing as mp, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from resumable import checkpointed
+
+def square(x):
+    time.sleep(0.01)
+    return x * x
+
+@checkpointed(store={store!r}, run_id="r")
+def f(n, kind, *, state=None):
+    s = state or 0
+    if kind == "pool":
+        pool = mp.get_context("fork").Pool(2)
+        run = lambda: pool.map(square, range(8))
+    else:
+        pool = ProcessPoolExecutor(2, mp_context=mp.get_context(kind))
+        run = lambda: list(pool.map(square, range(8)))
+    while s < n:  # the pool is never closed, as in many scripts
+        run()
+        s += 1
+        yield s
+        print("done", s, flush=True)
+
+if __name__ == "__main__":
+    f(10**6, sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("kind", ["pool", "fork", "spawn"])
+def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: str) -> None:
+    """kill -TERM -PGID with pool workers in the body: the workers die as without us, the
+    parent saves and exits 143 (it used to hang in multiprocessing's exit)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(_POOL.format(store=str(tmp_path / "store"))))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), kind], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=ROOT, start_new_session=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT="3"))
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if int(line.split()[1]) >= 3:
+            seen = int(line.split()[1])
+            break
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"the parent hung after SIGTERM to its process group: {err[-3000:]}")
+    assert proc.returncode == EXIT_SIGTERM, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step >= seen
+
+
+# -- threads ------------------------------------------------------------------------------
+
+_THREADS = """
+import os, signal, sys, threading, time
+import resumable
+from resumable import checkpointed
+
+if sys.argv[1] == "install":
+    resumable.install_signal_handlers()
+reached = {{"worker": 0, "main": 0}}
+worker_going = threading.Event()
+
+def make(name):
+    @checkpointed(store={store!r}, run_id=name)
+    def f(n, *, state=None):
+        s = state or 0
+        while s < n:
+            s += 1
+            time.sleep(0.005)
+            if name == "worker" and s == 3:
+                worker_going.set()
+            if name == "main" and s == 5:
+                print("worker-at", reached["worker"], flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+            reached[name] = s
+            yield s
+    return f
+
+t = threading.Thread(target=make("worker"), args=(10**6,))
+t.start()
+worker_going.wait()
+if sys.argv[2] == "both":
+    make("main")(10**6)
+else:
+    os.kill(os.getpid(), signal.SIGTERM)
+    t.join()
+print("still running after SIGTERM", flush=True)
+"""
+
+
+@pytest.mark.parametrize("main_run", ["both", "worker-only"])
+def test_sigterm_saves_runs_in_every_thread_and_exits(tmp_path: Path, main_run: str) -> None:
+    """With the handler installed from the main thread, a SIGTERM makes the runs in the
+    main thread and in a worker thread each save their next yield; the process exits 143."""
+    proc = run_script(tmp_path, _THREADS, args=["install", main_run])
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
+    assert "still running" not in proc.stdout
+    store = open_store(str(tmp_path / "store"))
+    worker = Run(store, "worker").load_latest(with_state=False)
+    assert worker is not None and worker.step >= 3
+    if main_run == "both":
+        at = int(proc.stdout.split("worker-at")[1].split()[0])
+        assert worker.step >= at  # the worker finished the generation it was in
+        main = Run(store, "main").load_latest(with_state=False)
+        assert main is not None and main.step == 5
+
+
+def test_a_run_first_started_in_a_thread_warns_once(tmp_path: Path) -> None:
+    """Without install_signal_handlers(), a run started in a thread logs how to get it."""
+    source = _THREADS.replace("t.join()", "t.join(0)") + "\nos._exit(0)\n"
+    proc = run_script(tmp_path, "import logging; logging.basicConfig()\n" + source,
+                      args=["no", "worker-only"])
+    assert proc.stderr.count("install_signal_handlers()") == 1, proc.stderr[-3000:]
+
+
+def test_install_signal_handlers_outside_the_main_thread_is_refused() -> None:
+    """The public installer says where it must be called from."""
+    import threading
+
+    import resumable
+
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            resumable.install_signal_handlers()
+        except RuntimeError as err:
+            errors.append(err)
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+    assert errors and "main thread" in str(errors[0])
+
+
+# -- other handlers: chained, ignored, restored -------------------------------------------
+
+_APP_HANDLER = """
+import os, signal, sys
+from resumable import checkpointed
+from resumable._run import Run
+from resumable.stores import open_store
+
+def mine(signum, frame):
+    latest = Run(open_store({store!r}), "r").load_latest(with_state=False)
+    print("app handler saw step", latest and latest.step, flush=True)
+
+if sys.argv[1] == "handler":
+    signal.signal(signal.SIGTERM, mine)
+else:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+@checkpointed(store={store!r}, run_id=sys.argv[2])
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        if s == 3 and sys.argv[2] == "r":
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield s
+    return s
+
+if sys.argv[2] == "after":
+    print("result", f(4), flush=True)
+    print("restored", signal.getsignal(signal.SIGTERM) in (mine, signal.SIG_IGN), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # no run active: the application's own handling
+    print("still running", flush=True)
+else:
+    print("result", f(6), flush=True)
+"""
+
+
+def test_the_applications_handler_is_called_after_the_save(tmp_path: Path) -> None:
+    """An application's SIGTERM handler is chained: called once the state is saved."""
+    proc = run_script(tmp_path, _APP_HANDLER, args=["handler", "r"])
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-2000:]
+    assert "app handler saw step 3" in proc.stdout
+
+
+def test_an_ignored_sigterm_stays_ignored(tmp_path: Path) -> None:
+    """SIG_IGN before the run: the SIGTERM changes nothing, the run completes."""
+    proc = run_script(tmp_path, _APP_HANDLER, args=["ignore", "r"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "result 6" in proc.stdout
+
+
+@pytest.mark.parametrize("previous", ["handler", "ignore"])
+def test_the_previous_handling_is_restored_after_the_run(tmp_path: Path, previous: str) -> None:
+    """Once no run is active, SIGTERM is handled as before the run."""
+    proc = run_script(tmp_path, _APP_HANDLER, args=[previous, "after"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "restored True" in proc.stdout and "still running" in proc.stdout
+    if previous == "handler":
+        assert "app handler saw step" in proc.stdout
+
+
+# -- program end with an unfinished iterator ----------------------------------------------
+
+_ITER_AT_EXIT = """
+import time
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+class SlowStore(LocalStore):
+    def put(self, key, data):
+        if "/ckpt-" in key:
+            time.sleep(0.3)  # the upload is still running when the program ends
+        super().put(key, data)
+
+@checkpointed(store=SlowStore({store!r}), run_id="r", every={every})
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+
+it = f.iter(10)
+next(it)
+next(it)
+print("leaving", flush=True)
+"""
+
+
+@pytest.mark.parametrize("every", ["'generation'", "1000"])
+def test_an_unfinished_iterator_is_saved_at_program_end(tmp_path: Path, every: str) -> None:
+    """`it = f.iter(...)`; next(it); program ends: the state it holds is saved."""
+    proc = run_script(tmp_path, _ITER_AT_EXIT.replace("{every}", every))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 2 and latest.state == 2
+
+
+# -- interactive sessions -----------------------------------------------------------------
+
+_REPL_INPUT = """
+import os, signal
+from resumable import checkpointed, ConfigurationError
+
+@checkpointed(store={store!r}, run_id="r")
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        if s == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield s
+
+raise ConfigurationError("a mistake typed at the prompt")
+print("alive after the error")
+f(10)
+print("alive after SIGTERM")
+"""
+
+
+def test_an_interactive_session_survives_errors_and_sigterm(tmp_path: Path) -> None:
+    """`python -i`: a ResumableError does not end the session (no exit code there), and a
+    SIGTERM stops the run (saved) with KeyboardInterrupt instead of exiting."""
+    source = _REPL_INPUT.format(store=str(tmp_path / "store"))
+    proc = subprocess.run([sys.executable, "-i", "-q"], input=textwrap.dedent(source),
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert "alive after the error" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert "alive after SIGTERM" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert "TerminatedInteractive: SIGTERM: the run saved its state" in proc.stderr
+    assert proc.returncode == 0
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest(with_state=False)
+    assert latest is not None and latest.step == 3
