@@ -91,6 +91,14 @@ class Snapshot:
     holders: int = 1
     in_place: bool = False  # frames are views of the live state (see Run.snapshot)
     size: int = 0  # bytes in the state's out-of-band buffers
+    rng: Any = None  # pickled into frames[0] only when written or restored
+
+    def rng_frame(self) -> Buffer:
+        # Pickling the RNG state (625 ints for `random`) costs more than the rest of a small
+        # snapshot; most snapshots of a fast loop are replaced before they are uploaded.
+        if not self.frames[0]:
+            self.frames[0] = _pickle_rng(self.rng)
+        return self.frames[0]
 
     def hold(self) -> None:
         with _pool_lock:
@@ -399,11 +407,12 @@ class Run:
         in_place = size > copy_limit
         if not in_place:
             frames = copy_frames(frames, None if pool is None else pool.take)
-        return Snapshot(step=step, frames=[_pickle_rng(rng), *frames], created=time.time(),
+        return Snapshot(step=step, frames=[b"", *frames], rng=rng, created=time.time(),
                         pool=None if in_place else pool, in_place=in_place, size=size)
 
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
         # Private copies: the snapshot's buffers go back to the pool and get overwritten.
+        snap.rng_frame()
         views = [memoryview(bytearray(f)) for f in snap.frames]
         return loads_frames(self.serializer, views[1:]), _rng_loads(views[0])
 
@@ -412,6 +421,7 @@ class Run:
         self.check_fenced()
         name = ckpt_name(self.epoch, snap.step)
         started = time.perf_counter()
+        snap.rng_frame()
         payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
                                snap.created)
         self.store.put(self.key(name), payload)

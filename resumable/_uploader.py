@@ -29,9 +29,10 @@ Job = Callable[[], None]
 class Uploader:
     """One background thread that runs saves one at a time, newest first, paced.
 
-    Failures: the error of the most recent save that finished is kept until a later save
-    succeeds (which supersedes it) or it is raised: by ``submit`` (the loop should not
-    compute for hours on storage that is failing for good) and by ``flush``.
+    Failures: the error of a save that failed is kept until it is raised, by the next
+    ``submit`` (the loop should not compute for hours on storage that is failing for
+    good) or ``flush``; a later save that succeeds does not hide it (which made whether
+    a failure surfaced depend on timing).
     """
 
     def __init__(self, name: str, *, duty: float = 1 / 3) -> None:
@@ -79,7 +80,8 @@ class Uploader:
                 job = None  # type: ignore[assignment]  # let go of the snapshot it held
                 ended = time.monotonic()
                 with self._cond:
-                    self._error = error  # a success supersedes an earlier failure
+                    if error is not None:  # kept until raised, even if a later save works:
+                        self._error = error  # a store error has outlived its retries
                     self._busy = False
                     self._not_before = ended + (ended - started) * self._rest
                     self._cond.notify_all()

@@ -660,7 +660,8 @@ def test_last_state_is_saved_when_an_earlier_save_failed(
 
     class FailsOnce(LocalStore):
         def put(self, key: str, data: Any) -> None:
-            if key.endswith("-000000000002") and failing and failing.pop():
+            # The first checkpoint written (which one depends on coalescing) fails.
+            if "/ckpt-" in key and failing and failing.pop():
                 raise StoreError("simulated failure", url=self.url, key=key)
             super().put(key, data)
 
@@ -678,5 +679,5 @@ def test_last_state_is_saved_when_an_earlier_save_failed(
     with pytest.raises(StoreError, match="simulated failure"):
         f()
     latest = f.latest()
-    assert latest is not None and latest.step == yielded[-1] > 2
+    assert latest is not None and latest.step == yielded[-1]
     assert f() == 50  # and the run goes on from there
