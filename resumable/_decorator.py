@@ -18,7 +18,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import _rng, _signals
 from ._errors import ConfigurationError, FencedError, ResumableError
-from ._policy import EverySeconds, KeepLast, SavePolicy, parse_every
+from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Progress
 from ._run import BufferPool, Checkpoint, Run, Snapshot
 from ._runid import resolve_run_id, validate_run_id
@@ -227,6 +227,24 @@ class _Options:
     signing_key: bytes | str | None
 
 
+_BIG = 1 << 20  # states whose copies are worth not doubling
+_EVERY_YIELD = EveryN(1)
+
+
+class _RoomMakingPool(BufferPool):
+    """A buffer pool that, before the first buffer of a snapshot is taken (the state has
+    serialized by then), takes back a save still waiting, so that its buffers are reused
+    instead of a third copy of the state being made."""
+
+    make_room: Callable[[], bool] | None = None
+
+    def take(self, n: int) -> bytearray:
+        make_room, self.make_room = self.make_room, None
+        if make_room is not None:
+            make_room()
+        return super().take(n)
+
+
 class _Execution:
     """One call: resume or start, drive the body, save, restart, finish.
 
@@ -250,7 +268,7 @@ class _Execution:
         # $RESUMABLE_SYNC=1: every save completes before the body goes on (no coalescing).
         self.synchronous = os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0")
         self.last_snap: Snapshot | None = None  # the newest snapshot (due yields only)
-        self.pool = BufferPool()
+        self.pool = _RoomMakingPool()
         self.submitted_step = -1
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _snapshot_limit()
@@ -294,18 +312,32 @@ class _Execution:
         if step == self.durable_step or (self.last_snap is not None
                                           and self.last_snap.step == step):
             return
-        rng = _rng.capture() if self.opts.capture_rng else None
         previous = self.last_snap
+        if (previous is not None and previous.size >= _BIG and self.uploader.busy
+                and not (force or self.terminate) and self.opts.every != _EVERY_YIELD):
+            # The previous state is still being uploaded: a copy of this one would be a
+            # second copy of a large state. Skip it; the schedule's next due yield (or,
+            # for a duration, the next yield) is snapshotted instead.
+            self.uploader.skipped += 1
+            return
+        if (force or self.terminate) and previous is not None and previous.size >= _BIG:
+            # The run ends after this save and waits for every save anyway: waiting first
+            # lets the new snapshot reuse the previous one's buffers.
+            self.uploader.wait_idle()
+        rng = _rng.capture() if self.opts.capture_rng else None
         if previous is not None and previous.step == self.submitted_step:
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
             self.last_snap = previous = None
+        self.pool.make_room = self.uploader.drop_waiting
         try:
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit)
         except BaseException as err:
             # A state that cannot be serialized: the last good state is still saved.
             self._flush_after_error(err)
             raise
+        finally:
+            self.pool.make_room = None
         if previous is not None:
             previous.release()
         if snap.in_place:

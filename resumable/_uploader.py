@@ -111,6 +111,32 @@ class Uploader:
         if dropped is not None:
             dropped()
 
+    @property
+    def busy(self) -> bool:
+        """A save is running now."""
+        return self._busy
+
+    def drop_waiting(self) -> bool:
+        """Take back a save that has not started (a newer one is about to replace it)."""
+        with self._cond:
+            dropped, self._waiting, self._on_drop = self._on_drop, None, None
+            if dropped is None:
+                return False
+            self.skipped += 1
+        dropped()
+        return True
+
+    def wait_idle(self) -> None:
+        """Wait until nothing runs or waits; unlike ``flush`` it raises nothing."""
+        with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
+            try:
+                while self._waiting is not None or self._busy:
+                    self._cond.wait()
+            finally:
+                self._urgent = False
+
     def flush(self) -> None:
         """Wait until every submitted save is done; raise the last one's failure."""
         with self._cond:
