@@ -47,6 +47,7 @@ class Attempt:
     start: int | None  # step the body was entered at; None if it never got there
     last_gen: int | None  # highest generation it reported
     seconds: float
+    begun: int | None = None  # highest generation it began (finished or not)
     grace_exceeded: bool = False
     result: dict[str, Any] | None = None
     verification_failures: int = 0
@@ -65,6 +66,7 @@ class ChaosStats:
     attempts: list[Attempt] = field(default_factory=list)
     redone_after_kill: list[int] = field(default_factory=list)
     redone_after_term: list[int] = field(default_factory=list)
+    lost_after_term: list[int] = field(default_factory=list)  # begun, not saved
     term_flush_violations: list[str] = field(default_factory=list)
     faults: dict[str, int] = field(default_factory=dict)
     result: dict[str, Any] | None = None
@@ -97,6 +99,8 @@ class ChaosStats:
             "redone_generations_per_sigkill": round(sum(kills) / max(1, self.kills), 3),
             "redone_generations_max_after_sigkill": max(kills, default=0),
             "redone_generations_after_sigterm": sum(self.redone_after_term),
+            "generations_lost_per_sigterm": round(
+                sum(self.lost_after_term) / max(1, len(self.lost_after_term)), 3),
             "checkpoints_failing_verification": sum(a.verification_failures
                                                     for a in self.attempts),
             "zombie_checkpoints_skipped": sum(a.zombie_skips for a in self.attempts),
@@ -161,6 +165,7 @@ def run_chaos(
     high_water = 0  # the highest generation any attempt reported
     pending_kind: str | None = None  # how the previous attempt ended, until one resumes
     pending_term_floor: int | None = None
+    pending_term_begun: int | None = None
     started = time.monotonic()
     max_attempts = len(plan) + 5
     for number in range(max_attempts):
@@ -197,6 +202,7 @@ def run_chaos(
         log = err.read_text(errors="replace")
         starts = [e["start"] for e in events if e.get("event") == "start"]
         gens = [e["g"] for e in events if e.get("event") == "gen"]
+        begun = [e["g"] for e in events if e.get("event") == "begin"]
         results = [e["result"] for e in events if e.get("event") == "result"]
         finished = bool(results) and proc.returncode == 0
         attempt = Attempt(
@@ -204,6 +210,7 @@ def run_chaos(
             returncode=proc.returncode,
             start=starts[0] if starts else None,
             last_gen=max(gens) if gens else None,
+            begun=max(begun) if begun else None,
             seconds=time.monotonic() - t0,
             grace_exceeded=grace_exceeded,
             result=results[0] if results else None,
@@ -220,6 +227,10 @@ def run_chaos(
                 # stay with the kills.
                 floor = pending_term_floor or attempt.start
                 stats.redone_after_term.append(max(0, floor - attempt.start))
+                # Work lost to the SIGTERM: generations it had begun that the next
+                # attempt runs again (the one it interrupted, before the body was let
+                # finish its generation).
+                stats.lost_after_term.append(max(0, (pending_term_begun or 0) - attempt.start))
                 stats.redone_after_kill.append(max(0, high_water - max(floor, attempt.start)))
             elif pending_kind is not None:
                 stats.redone_after_kill.append(max(0, high_water - attempt.start))
@@ -227,7 +238,7 @@ def run_chaos(
                 stats.term_flush_violations.append(
                     f"attempt {number} resumed from {attempt.start} although the previous "
                     f"one exited 143 after generation {pending_term_floor}")
-            pending_kind, pending_term_floor = None, None
+            pending_kind, pending_term_floor, pending_term_begun = None, None, None
         if attempt.last_gen is not None:
             high_water = max(high_water, attempt.last_gen)
         if finished:
@@ -239,6 +250,8 @@ def run_chaos(
                 attempt.signal)
             if attempt.signal == "SIGTERM" and attempt.returncode == 143 and attempt.last_gen:
                 pending_term_floor = max(pending_term_floor or 0, attempt.last_gen)
+            if attempt.signal == "SIGTERM" and attempt.returncode == 143 and attempt.begun:
+                pending_term_begun = max(pending_term_begun or 0, attempt.begun)
         else:
             raise AssertionError(
                 f"attempt {number} failed on its own (exit {proc.returncode}):\n"
@@ -259,6 +272,9 @@ def write_report(sections: dict[str, Any], default_dir: Path) -> Path:
         "redone_generations_per_sigkill": round(
             sum(r["redone_generations_total_after_sigkill"] for r in runs)
             / max(1, sum(r["sigkills"] for r in runs)), 3),
+        "generations_lost_per_sigterm": round(
+            sum(r["generations_lost_per_sigterm"] * r["sigterm_exit_143"] for r in runs)
+            / max(1, sum(r["sigterm_exit_143"] for r in runs)), 3),
         "checkpoints_failing_verification": sum(r["checkpoints_failing_verification"]
                                                 for r in runs),
         "zombie_checkpoints_skipped": sum(r["zombie_checkpoints_skipped"] for r in runs),

@@ -46,6 +46,7 @@ def _check(stats: ChaosStats, store_url: str, run_id: str) -> None:
             assert attempt.returncode == -9, attempt
     assert not stats.term_flush_violations, stats.term_flush_violations
     assert sum(stats.redone_after_term) == 0, "SIGTERM flushes the last generation"
+    assert sum(stats.lost_after_term) == 0, "the generation under way at SIGTERM is saved"
     assert stats.resumes >= 1
     latest = Run(open_store(store_url), run_id).load_latest(with_state=False)
     assert latest is not None and latest.step == GENERATIONS

@@ -8,6 +8,7 @@ argument). One JSON line per event on stdout, flushed at once so that a SIGKILLe
 worker leaves an exact record::
 
     {"event": "start", "start": S, "pid": P}  the body was entered at step S (0: fresh)
+    {"event": "begin", "g": G}                 generation G was begun
     {"event": "gen", "g": G}                   generation G was yielded (and snapshotted)
     {"event": "result", "result": {...}}       the run's return value
 
@@ -50,6 +51,7 @@ def body(generations: int, pop: int, delay: float, *, state: dict[str, Any] | No
         state = {"generation": 0, "population": np.random.uniform(-5, 5, size=(pop, 8)),
                  "best": []}
     while state["generation"] < generations:
+        _emit(event="begin", g=state["generation"] + 1)
         population = state["population"]
         fitness = np.sum(population * population, axis=1)
         a = np.random.randint(0, pop, size=pop)
