@@ -128,6 +128,8 @@ def evolve(
             time.sleep(DEMO.gen_time)  # stands in for an expensive fitness function
         state["seconds"] += time.perf_counter() - started
         DEMO.ran += 1
+        if state["generation"] == DEMO.crash_at and DEMO.crash_mode == "term":
+            crash(state["generation"])  # while generation N is under way: saved at its yield
         yield state
         if state["generation"] == DEMO.crash_at:
             crash(state["generation"])
@@ -140,16 +142,19 @@ def evolve(
 
 
 def crash(generation: int) -> None:
-    """Simulate the pod failing right after generation ``generation`` was yielded."""
+    """Simulate the pod failing at generation ``generation``.
+
+    SIGKILL comes right after it was yielded; SIGTERM while it is under way (resumable
+    lets it finish, saves it at the yield and exits 143).
+    """
     if DEMO.crash_mode == "kill":
         print(f"simulated pod failure at generation {generation}: SIGKILL (OOM kill, node "
               "lost); a checkpoint still uploading is lost", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     print(f"simulated pod failure at generation {generation}: SIGTERM (preemption, "
           "eviction); resumable saves the last generation and exits 143", flush=True)
+    # The body is not interrupted: it runs to its yield, which is saved, then exits 143.
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(30)  # the SIGTERM handler raises in here
-    os._exit(1)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
