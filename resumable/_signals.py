@@ -264,6 +264,13 @@ def _wait_for_flagged(deadline: float) -> bool:
 def _hard_exit(why: str) -> None:
     log.error("SIGTERM: %s within $RESUMABLE_TERM_TIMEOUT=%gs; its saves are done, "
               "exiting with 143 now", why, term_timeout())
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        # Pool workers forked after the group SIGTERM (a pool replaces dead workers)
+        # would outlive us, blocked on the pool's queue, holding our stdout and stderr.
+        for child in mp.active_children():
+            with contextlib.suppress(Exception):
+                child.kill()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
