@@ -20,6 +20,7 @@ range and min-max.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import sys
 import time
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     per_mode: dict[str, list[float]] = {m[0]: [] for m in MODES}
     t0 = time.perf_counter()
+    load_start = _common.load_average()
     for rep in range(repeats):
         k = rep % len(MODES)
         for mode, every, rng in MODES[k:] + MODES[:k]:
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 
     payload = {"config": {"generations_per_block": gens, "repeats": repeats,
                           "store": "memory://", "numpy_imported": True,
-                          "quick": args.quick, "targets_us": TARGETS_US},
+                          "quick": args.quick,
+                          "loadavg_at_start": load_start, "targets_us": TARGETS_US},
                "cases": cases, "wall_seconds": wall}
     path = _common.write_json(args.out, NAME, payload)
 
@@ -153,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         table))
     print("\ndecorator cost = a block's mean interval between generations minus the plain "
           "generator's in the same repeat.")
+    print(f"load average (1/5/15 min) at start {load_start}, at end {_common.load_average()} "
+          f"on {os.cpu_count()} cores")
     print(f"results: {path}")
     if not args.no_plot:
         plot(cases, args.out / f"{NAME}.png")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import statistics
 import subprocess
@@ -284,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    load_start = _common.load_average()
     with _servers.server(args.server) as srv:
         url = srv.new_store_url("throughput")
         for rep in range(repeats):
@@ -348,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     payload = {"config": {"size_bytes": size, "repeats": repeats, "server": args.server,
                           "part_size": PART, "threads": THREADS, "quick": args.quick,
+                          "loadavg_at_start": load_start,
                           "loop_size_bytes": loop_size, "loop_generations": loop_gens},
                "cases": list(rows.values()), "summary": summary,
                "background_memory": background, "runs": runs,
@@ -392,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{b['extra_over_state_median']:.2f}x ({b['extra_over_state_min']:.2f} to "
           f"{b['extra_over_state_max']:.2f})",
           f"<= {TARGET_BACKGROUND_EXTRA}x " + ("met" if b["meets_target"] else "**missed**")]]))
+    print(f"load average (1/5/15 min) at start {load_start}, at end {_common.load_average()} "
+          f"on {os.cpu_count()} cores")
     print(f"results: {path}")
     if not args.no_plot:
         plot(rows, labels, size, args.out / f"{NAME}.png", background)
