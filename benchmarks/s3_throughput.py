@@ -459,8 +459,11 @@ def plot(rows: dict[str, dict[str, Any]], labels: dict[str, str], size: int, pat
                 label=f"save target {TARGET_SAVE_RSS}x")
     ax2.set_ylabel("peak RSS / state size")
     ax2.set_title("memory (1.0 = the state alone)", fontsize=10)
+    top = max([r["peak_over_state"] for r in rows.values()] + [b["extra_over_state_max"]])
+    ax2.set_ylim(0, top * 1.6)  # room for the legend above the bars
+    ax1.set_ylim(0, max(r["mb_per_s"] for r in rows.values()) * 1.4)
     ax1.legend(fontsize=8)
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=7, ncol=2)
     _common.save_figure(plt, fig, path)
 
 
