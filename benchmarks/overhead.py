@@ -219,6 +219,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     deap = spec.get("kind") == "deap"
     work: Any = DeapWork(spec["fill_units"]) if deap else Work(spec["fill_units"])
     stamps: list[float] = []
+    cpu_stamps: list[tuple[float, float]] = []  # (loop thread, whole process) CPU seconds
     walls: list[tuple[int, float]] = []  # (generation yielded, time.time()) for the lag
     rss_before = _common.current_rss_bytes()
     if deap:
@@ -233,6 +234,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             state = state0
         while state["generation"] < gens:
             stamps.append(time.perf_counter())
+            cpu_stamps.append((time.thread_time(), time.process_time()))
             work(state)
             if deap:
                 walls.append((state["generation"], time.time()))
@@ -262,6 +264,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         raise ValueError(mode)
     intervals = [b - a for a, b in itertools.pairwise(stamps)]
+    # per generation, from the second generation's start to the last one's (as intervals[1:])
+    n_cpu = max(1, len(cpu_stamps) - 2)
+    loop_cpu = (cpu_stamps[-1][0] - cpu_stamps[1][0]) / n_cpu if len(cpu_stamps) > 2 else 0.0
+    proc_cpu = (cpu_stamps[-1][1] - cpu_stamps[1][1]) / n_cpu if len(cpu_stamps) > 2 else 0.0
     lag = durable_lag(Path(store) / spec["key"], walls) if deap and mode != "none" else None
     pickle_seconds = None
     if deap:  # in every block, after the timing: the load of the machine changes
@@ -272,6 +278,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             times.append(time.perf_counter() - t)
         pickle_seconds = statistics.median(times)
     return {
+        "loop_cpu_seconds": loop_cpu,
+        "process_cpu_seconds": proc_cpu,
         "lag": lag,
         "pickle_seconds": pickle_seconds,
         "intervals": intervals[1:],  # the first generation has no checkpoint before it
@@ -442,10 +450,15 @@ def main(argv: list[str] | None = None) -> int:
                     "peak_rss_mib": max(b["peak_rss"] for b in bs) / _common.MiB,
                     "state_mib": bs[0]["state_bytes"] / _common.MiB,
                 }
+                row["loop_cpu_ms"] = 1000 * statistics.median(b["loop_cpu_seconds"] for b in bs)
+                row["process_cpu_ms"] = 1000 * statistics.median(
+                    b["process_cpu_seconds"] for b in bs)
                 if mode == "none":
                     base = row
                 assert base is not None
                 row["ratio"] = row["ms_per_generation"] / base["ms_per_generation"]
+                row["loop_cpu_ratio"] = row["loop_cpu_ms"] / base["loop_cpu_ms"]
+                row["process_cpu_ratio"] = row["process_cpu_ms"] / base["process_cpu_ms"]
                 row["extra_rss_mib"] = row["peak_rss_mib"] - base["peak_rss_mib"]
                 target = TARGETS_RCLONE.get(int(mib)) if s == "rclone" and mib >= 1 else None
                 if mode == "checkpointed" and target is not None:
@@ -480,14 +493,18 @@ def main(argv: list[str] | None = None) -> int:
                                                        "**missed**")
         table.append([r["store"], size_label(r["size_mib"]), r["mode"],
                       f"{r['ms_per_generation']:.1f}", f"{r['ratio']:.3f}", target,
+                      f"{r['loop_cpu_ratio']:.3f} / {r['process_cpu_ratio']:.3f}",
                       f"{r['end_ms']:.0f}", f"{r['peak_rss_mib']:.0f}",
                       f"{r['extra_rss_mib']:+.0f}"])
     print(_common.markdown_table(
         ["store", "state", "mode", "ms / generation", "ratio to none", "target",
-         "end of run (ms)", "peak RSS (MiB)", "RSS vs none (MiB)"], table))
+         "CPU ratio: loop thread / process", "end of run (ms)", "peak RSS (MiB)",
+         "RSS vs none (MiB)"], table))
     print("\nms / generation: mean time from one generation's start to the next one's, "
           "so each holds one generation and one checkpoint; end of run: from the last "
-          "generation to the call's return (final save, flush).")
+          "generation to the call's return (final save, flush). CPU ratio: CPU time per "
+          "generation over none's, of the loop's thread and of the whole process (uploads "
+          "included); a loaded machine inflates wall time, much less CPU time.")
     if deap_cases:
         print_deap(deap_cases, deap_n, deap_gens, repeats)
     print(f"load average (1/5/15 min) at start {load_start}, at end {_common.load_average()} "
@@ -539,12 +556,15 @@ def deap_rows(blocks: list[dict[str, Any]], calib: dict[str, Any],
     bounds = {b["repeat"]: 1 + b["pickle_seconds"] / base_blocks[b["repeat"]] + DEAP_SLACK
               for b in blocks if b["mode"] == "none"}
     pickle_ms = 1000 * statistics.median(b["pickle_seconds"] for b in blocks)
+    base_cpu = {b["repeat"]: b["loop_cpu_seconds"] for b in blocks if b["mode"] == "none"}
     for mode in DEAP_MODES:
         bs = [b for b in blocks if b["mode"] == mode]
         # ratio per repeat against the baseline block of the same repeat: the spread
         ratios = [statistics.mean(b["intervals"]) / base_blocks[b["repeat"]] for b in bs]
+        cpu_ratios = [b["loop_cpu_seconds"] / base_cpu[b["repeat"]] for b in bs]
         row: dict[str, Any] = {
             "kind": "deap", "store": "local", "mode": mode,
+            "loop_cpu_ratio": statistics.median(cpu_ratios), "loop_cpu_ratios": cpu_ratios,
             "ms_per_generation": 1000 * statistics.median(
                 statistics.mean(b["intervals"]) for b in bs),
             "ratio": statistics.median(ratios),
@@ -593,10 +613,12 @@ def print_deap(rows: list[dict[str, Any]], individuals: int, gens: int, repeats:
         lag = "" if r["mode"] == "none" else f"{r['lag_median']:g} (max {r['lag_max']})"
         table.append([r["mode"], f"{r['ms_per_generation']:.1f}",
                       f"{r['ratio']:.3f} ({r['ratio_min']:.3f} to {r['ratio_max']:.3f})",
-                      target, lag, f"{r['end_ms']:.0f}", f"{r['extra_rss_mib']:+.0f}"])
+                      target, f"{r['loop_cpu_ratio']:.3f}", lag, f"{r['end_ms']:.0f}",
+                      f"{r['extra_rss_mib']:+.0f}"])
     print(_common.markdown_table(
         ["mode", "ms / generation", "ratio to none (min to max)", "target",
-         "durable lag, generations (median)", "end of run (ms)", "RSS vs none (MiB)"], table))
+         "loop-thread CPU ratio", "durable lag, generations (median)", "end of run (ms)",
+         "RSS vs none (MiB)"], table))
     print("\nevery=generation's target is 1 + pickle / generation + 0.03: the loop pays its "
           "own snapshot and nothing else. Lag: at each yield, generations since the newest "
           "durable checkpoint.")
