@@ -164,9 +164,10 @@ RETRY_DEADLINE = Setting(
     _seconds, "a number of seconds >= 0, e.g. 60")
 TERM_TIMEOUT = Setting(
     "RESUMABLE_TERM_TIMEOUT", 20.0, "20",
-    "seconds after SIGTERM the body may run to its next yield (which is saved) before "
-    "it is interrupted and the last saved state stands",
-    _seconds, "a number of seconds >= 0, e.g. 20")
+    "seconds after SIGTERM a run may take to reach its next yield before its body is "
+    "interrupted (also what exit handlers get afterwards)",
+    _seconds, "a number of seconds >= 0, e.g. 20 (the pod's terminationGracePeriodSeconds "
+    "must cover it plus one save)")
 EXIT_CODES = Setting(
     "RESUMABLE_EXIT_CODES", True, "1",
     "`0` (or `false`): uncaught resumable errors exit with Python's plain 1",
