@@ -39,6 +39,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "loadavg_at_end": load_average(),
     }
     try:
         import numpy
@@ -55,12 +56,36 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages: other work on the machine moves timings."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def commit() -> str | None:
+    """The git commit measured (with -dirty when the tree has changes), if in a checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
 def write_json(out: Path, name: str, payload: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     doc = {
         "benchmark": name,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "commit": commit(),
         **payload,
     }
     path = out / f"{name}.json"

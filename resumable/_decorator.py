@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from . import _rng, _signals
+from . import _rng, _settings, _signals
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Progress
@@ -34,12 +34,10 @@ R = TypeVar("R")
 
 def _signing_key(value: bytes | str | None) -> bytes | None:
     if value is None:
-        value = os.environ.get("RESUMABLE_SIGNING_KEY") or None
-    if value is None:
-        return None
+        return _settings.SIGNING_KEY.read()
     if isinstance(value, str):
         value = value.encode()
-    if not isinstance(value, bytes) or len(value) < 16:
+    if not isinstance(value, bytes) or len(value) < _settings.MIN_KEY_BYTES:
         raise ConfigurationError(
             "signing_key must be bytes or str of at least 16 bytes "
             "(e.g. `openssl rand -hex 32`)"
@@ -57,69 +55,11 @@ def _restart_pause(failure: int, stop: Callable[[], bool]) -> None:
     jitter, e.g. for a body that calls a rate-limited service. ``stop()`` ends the wait
     early (a SIGTERM arrived).
     """
-    raw = os.environ.get("RESUMABLE_RESTART_BACKOFF", "")
-    if not raw:
-        return
-    try:
-        base = float(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"$RESUMABLE_RESTART_BACKOFF={raw!r} must be a number of seconds, e.g. 0.5"
-        ) from None
+    base = _settings.RESTART_BACKOFF.read()
     if base > 0:
         until = time.monotonic() + min(60.0, base * 2 ** (failure - 1)) * _jitter.uniform(0.5, 1)
         while not stop() and (left := until - time.monotonic()) > 0:
             time.sleep(min(left, 0.1))
-
-
-def _upload_duty() -> float:
-    raw = os.environ.get("RESUMABLE_UPLOAD_DUTY", "")
-    if not raw:
-        return 1 / 3
-    try:
-        duty = float(raw)
-    except ValueError:
-        duty = -1.0
-    if not 0 < duty <= 1:
-        raise ConfigurationError(
-            f"$RESUMABLE_UPLOAD_DUTY={raw!r} must be a number in (0, 1], e.g. 0.33"
-        )
-    return duty
-
-
-_SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-               "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-DEFAULT_SNAPSHOT_LIMIT = 256 * 2**20
-
-
-def parse_size(text: str) -> float:
-    """'256MiB', '1Gi', '500MB', '1e9', 'inf' -> bytes; ValueError otherwise."""
-    t = text.strip().lower().replace(" ", "")
-    if t in ("inf", "none", "unlimited"):
-        return float("inf")
-    unit = t.rstrip("b") if t.endswith("b") and not t[:-1].endswith("e") else t
-    digits = unit.rstrip("kmgti")
-    factor = _SIZE_UNITS.get(unit[len(digits):])
-    if factor is None or not digits:
-        raise ValueError(text)
-    value = float(digits) * factor
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(text)
-    return value
-
-
-def _snapshot_limit() -> float:
-    """$RESUMABLE_SNAPSHOT_LIMIT: the largest state copied for a background save."""
-    raw = os.environ.get("RESUMABLE_SNAPSHOT_LIMIT", "")
-    if not raw:
-        return DEFAULT_SNAPSHOT_LIMIT
-    try:
-        return parse_size(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"$RESUMABLE_SNAPSHOT_LIMIT={raw!r} must be a size such as 256MiB, 2GiB, "
-            "0 (always save in place) or inf (always copy)"
-        ) from None
 
 
 class CheckpointedFunction(Generic[P, R]):
@@ -264,14 +204,15 @@ class _Execution:
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
         self.interrupted = False  # no yield came in time: nothing the body yields is saved
         self.progress: Progress | None = None
-        self.uploader = Uploader(f"resumable-upload-{run.run_id}", duty=_upload_duty())
+        self.uploader = Uploader(f"resumable-upload-{run.run_id}",
+                                 duty=_settings.UPLOAD_DUTY.read())
         # $RESUMABLE_SYNC=1: every save completes before the body goes on (no coalescing).
-        self.synchronous = os.environ.get("RESUMABLE_SYNC", "0") not in ("", "0")
+        self.synchronous = _settings.SYNC.read()
         self.last_snap: Snapshot | None = None  # the newest snapshot (due yields only)
         self.pool = _RoomMakingPool()
         self.submitted_step = -1
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
-        self.copy_limit = _snapshot_limit()
+        self.copy_limit = _settings.SNAPSHOT_LIMIT.read()
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
         self.timed = isinstance(self.opts.every, EverySeconds)

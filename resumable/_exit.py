@@ -14,6 +14,7 @@ import os
 import sys
 from types import TracebackType
 
+from . import _settings
 from ._errors import ResumableError
 from ._signals import interactive
 
@@ -22,7 +23,7 @@ _installed = False
 
 def install() -> None:
     global _installed
-    if _installed or os.environ.get("RESUMABLE_EXIT_CODES", "1") == "0":
+    if _installed or not _settings.EXIT_CODES.read():
         return
     _installed = True
     previous = sys.excepthook

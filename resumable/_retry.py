@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import http.client
 import logging
-import os
 import random
 import socket
 import time
@@ -25,16 +24,17 @@ from urllib.parse import urlsplit
 
 import tenacity
 
-from ._errors import ConfigurationError, StoreError
+from . import _settings
+from ._errors import StoreError
 
 log = logging.getLogger("resumable")
 
 T = TypeVar("T")
 
-DEFAULT_DEADLINE = 60.0  # seconds of retrying before an operation fails for good
+DEFAULT_DEADLINE = _settings.RETRY_DEADLINE.default  # seconds of retrying, then StoreError
 BACKOFF_START = 0.05
 BACKOFF_CAP = 2.0
-DEADLINE_ENV = "RESUMABLE_RETRY_DEADLINE"
+DEADLINE_ENV = _settings.RETRY_DEADLINE.name
 
 # Seeded from os.urandom; never touches the global generator's state.
 _jitter_rng = random.Random()
@@ -194,18 +194,7 @@ def _is_store_failure(exc: BaseException) -> bool:
 
 def deadline() -> float:
     """Total seconds an operation may spend retrying ($RESUMABLE_RETRY_DEADLINE, else 60)."""
-    raw = os.environ.get(DEADLINE_ENV)
-    if raw is None or not raw.strip():
-        return DEFAULT_DEADLINE
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"{DEADLINE_ENV}={raw!r} is not a number of seconds; set e.g. {DEADLINE_ENV}=60"
-        ) from None
-    if value < 0:
-        raise ConfigurationError(f"{DEADLINE_ENV}={raw!r} must be >= 0 seconds")
-    return value
+    return _settings.RETRY_DEADLINE.read()
 
 
 def _backoff(retry_state: tenacity.RetryCallState) -> float:

@@ -6,7 +6,6 @@ import dataclasses
 import enum
 import hashlib
 import math
-import os
 import re
 import struct
 import sys
@@ -14,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import PurePath
 from typing import Any
 
+from . import _settings
 from ._errors import ConfigurationError
 
 MAX_RUN_ID = 200
@@ -126,7 +126,7 @@ def resolve_run_id(
 ) -> str:
     if explicit is not None:
         return validate_run_id(explicit)
-    env = os.environ.get("RESUMABLE_RUN_ID")
-    if env:
-        return validate_run_id(env, "$RESUMABLE_RUN_ID")
+    env = _settings.RUN_ID.read()
+    if env is not None:
+        return env
     return derive_run_id(func, arguments)

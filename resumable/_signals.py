@@ -32,11 +32,11 @@ import time
 from types import FrameType
 from typing import Any, Protocol
 
-from ._errors import ConfigurationError
+from . import _settings
 
 log = logging.getLogger("resumable")
 
-DEFAULT_TERM_TIMEOUT = 20.0
+DEFAULT_TERM_TIMEOUT = 20.0  # see _settings.TERM_TIMEOUT
 
 
 class Terminated(SystemExit):
@@ -70,19 +70,7 @@ def terminated() -> BaseException:
 
 def term_timeout() -> float:
     """$RESUMABLE_TERM_TIMEOUT: seconds a run may take to reach its next yield after SIGTERM."""
-    raw = os.environ.get("RESUMABLE_TERM_TIMEOUT", "")
-    if not raw:
-        return DEFAULT_TERM_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ConfigurationError(
-            f"$RESUMABLE_TERM_TIMEOUT={raw!r} must be a number of seconds >= 0, e.g. 20 "
-            "(the pod's terminationGracePeriodSeconds must cover it plus one save)"
-        )
-    return value
+    return _settings.TERM_TIMEOUT.read()
 
 
 class Active(Protocol):

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from . import __version__, _format
+from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
@@ -24,7 +24,7 @@ from ._runid import validate_run_id
 from .stores import Store, default_store_url, head_of, open_store
 
 PROG = "resumable"
-KEY_ENV = "RESUMABLE_SIGNING_KEY"
+KEY_ENV = _settings.SIGNING_KEY.name
 EXIT_FAILURE = 1
 EXIT_NOT_FOUND = 66  # EX_NOINPUT: the run is not in the store
 # What `ls` and `show` read of an object: enough for the header of any object with up

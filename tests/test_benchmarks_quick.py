@@ -82,6 +82,16 @@ def test_overhead_quick(tmp_path: Path) -> None:
         assert c["mode"] in ("none", "snippet", "checkpointed")
         assert finite(c["ms_per_generation"]) and finite(c["ratio"])
         assert finite(c["peak_rss_mib"])
+    assert any(c["size_mib"] < 0.01 for c in doc["cases"])  # the tiny-state row
+    deap = {c["mode"]: c for c in doc["deap_cases"]}
+    assert set(deap) == {"none", "every=10", "every=generation"}
+    for mode, c in deap.items():
+        assert finite(c["ratio"]) and finite(c["pickle_ms"]) and c["pickle_ms"] > 0
+        if mode != "none":
+            assert finite(c["target_ratio"])
+            # lag in generations: at least the one just yielded, at most the run
+            assert 1 <= c["lag_median"] <= c["lag_max"] <= doc["config"]["deap"][
+                "generations_per_block"]
 
 
 @pytest.mark.s3
@@ -95,3 +105,18 @@ def test_s3_throughput_quick(tmp_path: Path) -> None:
         assert c["verified"] is True
     s = doc["summary"]
     assert finite(s["save_ratio_to_raw"]) and finite(s["load_ratio_to_raw"])
+    b = doc["background_memory"]
+    assert finite(b["extra_over_state_median"]) and finite(b["target"])
+    assert b["extra_over_state_min"] <= b["extra_over_state_median"] <= b["extra_over_state_max"]
+
+
+def test_per_generation_quick(tmp_path: Path) -> None:
+    doc = run_quick("per_generation", tmp_path)
+    cases = {c["case"]: c for c in doc["cases"]}
+    assert {"plain", 'every="generation"', "every=10", "every=100", 'every="30s"'} <= set(cases)
+    for c in cases.values():
+        assert finite(c["us_per_generation_median"]) and finite(c["cost_us_median"])
+        assert len(c["cost_us_repeats"]) == doc["config"]["repeats"]
+        lo, hi = c["cost_us_iqr"]
+        assert c["cost_us_min"] <= lo <= hi <= c["cost_us_max"]
+    assert {"target_us"} <= set(cases["every=100"])

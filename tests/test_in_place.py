@@ -24,9 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resumable import ConfigurationError, checkpointed
-from resumable._decorator import parse_size
 from resumable._errors import EXIT_SIGTERM
 from resumable._run import Run
+from resumable._settings import parse_size
 from resumable.stores import open_store
 from tests.toy import (
     Faults,

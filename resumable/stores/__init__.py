@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
+from .. import _settings
 from .._errors import ConfigurationError
 from ._base import Payload, Store, SupportsHead, head_of, join_payload, payload_size
 
@@ -22,7 +23,7 @@ _registry: dict[str, str | Callable[[str], Store]] = {
 _install_hints = {"s3": "Install boto3 for s3:// URLs: pip install 'resumable[s3]'"}
 registry: Mapping[str, str | Callable[[str], Store]] = MappingProxyType(_registry)
 
-DEFAULT_STORE = "./.resumable"
+DEFAULT_STORE = _settings.STORE.default
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
@@ -34,7 +35,7 @@ def register_store(scheme: str, factory: Callable[[str], Store], clobber: bool =
 
 
 def default_store_url() -> str:
-    return os.environ.get("RESUMABLE_STORE") or DEFAULT_STORE
+    return _settings.STORE.read()
 
 
 def normalize_url(url: str | os.PathLike[str]) -> str:

@@ -1,0 +1,189 @@
+"""Every ``RESUMABLE_*`` environment variable: name, default, meaning and parser, in one table.
+
+The rest of the package asks this module (``_settings.UPLOAD_DUTY.read()``) and never
+reads ``os.environ`` for a ``RESUMABLE_*`` name itself. Values are read when they are
+used (at each call of a decorated function, each retried operation), not at import,
+so a test or a launcher may set them late. The README's table of environment variables
+is this table (``markdown_table()`` prints it; a test compares the two).
+
+To add a variable: one ``Setting`` constant below, added to ``SETTINGS``; then paste
+the README table from
+``python -c 'import resumable._settings as s; print(s.markdown_table())'``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ._errors import ConfigurationError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable. ``parse`` raises ValueError for a bad value."""
+
+    name: str
+    default: T  # the value when the variable is unset or empty
+    shown: str  # the default as the README shows it
+    meaning: str  # the README's "meaning" cell (markdown)
+    parse: Callable[[str], T]
+    expected: str = ""  # completes "$NAME='x' must be ..." when parse fails
+    strip: bool = True  # False: the value is used byte for byte (keys, names)
+    secret: bool = False  # never echo the value in an error
+
+    def read(self) -> T:
+        raw = os.environ.get(self.name, "")
+        if not raw or (self.strip and not raw.strip()):
+            return self.default
+        return self.parse_value(raw)
+
+    def parse_value(self, raw: str) -> T:
+        try:
+            return self.parse(raw.strip() if self.strip else raw)
+        except ConfigurationError:
+            raise
+        except ValueError as err:
+            detail = f" ({err.args[0]})" if isinstance(err, _Why) else ""
+            value = "(value not shown)" if self.secret else f"={raw!r}"
+            raise ConfigurationError(
+                f"${self.name}{value} must be {self.expected}{detail}; "
+                f"unset it for the default ({self.shown})"
+            ) from None
+
+
+class _Why(ValueError):
+    """A ValueError whose message is worth adding to the setting's own."""
+
+
+# -- parsers --------------------------------------------------------------------------
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+def _flag(raw: str) -> bool:
+    value = raw.lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def _seconds(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:  # NaN and negatives; inf is allowed (no limit)
+        raise ValueError(raw)
+    return value
+
+
+def _share(raw: str) -> float:
+    value = float(raw)
+    if not 0 < value <= 1:
+        raise ValueError(raw)
+    return value
+
+
+_SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+               "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_size(text: str) -> float:
+    """'256MiB', '1Gi', '500MB', '1e9', 'inf' -> bytes; ValueError otherwise."""
+    t = text.strip().lower().replace(" ", "")
+    if t in ("inf", "none", "unlimited"):
+        return float("inf")
+    unit = t.rstrip("b") if t.endswith("b") and not t[:-1].endswith("e") else t
+    digits = unit.rstrip("kmgti")
+    factor = _SIZE_UNITS.get(unit[len(digits):])
+    if factor is None or not digits:
+        raise ValueError(text)
+    value = float(digits) * factor
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def _run_id(raw: str) -> str | None:
+    from ._runid import validate_run_id  # its own error names $RESUMABLE_RUN_ID
+
+    return validate_run_id(raw, "$RESUMABLE_RUN_ID")
+
+
+MIN_KEY_BYTES = 16
+
+
+def _key(raw: str) -> bytes | None:
+    key = raw.encode()
+    if len(key) < MIN_KEY_BYTES:
+        raise _Why(f"it has {len(key)} bytes")
+    return key
+
+
+# -- the table ------------------------------------------------------------------------
+
+STORE = Setting(
+    "RESUMABLE_STORE", "./.resumable", "`./.resumable`",
+    "store when `store=None`", _text, "a store URL or path", strip=False)
+RUN_ID: Setting[str | None] = Setting(
+    "RESUMABLE_RUN_ID", None, "derived",
+    "run id when `run_id=None` (letters, digits, `_.:@+=-`, at most 200 characters; "
+    "anything else is rejected, not rewritten)",
+    _run_id, "a run id: letters, digits and `_.:@+=-`, at most 200 characters", strip=False)
+SIGNING_KEY: Setting[bytes | None] = Setting(
+    "RESUMABLE_SIGNING_KEY", None, "none",
+    "HMAC key when `signing_key=None` (at least 16 bytes)",
+    _key, f"a key of at least {MIN_KEY_BYTES} bytes (e.g. `openssl rand -hex 32`)",
+    strip=False, secret=True)
+UPLOAD_DUTY = Setting(
+    "RESUMABLE_UPLOAD_DUTY", 1 / 3, "0.33",
+    "largest share of wall time spent saving (`1` = back to back)",
+    _share, "a number in (0, 1], e.g. 0.33")
+SYNC = Setting(
+    "RESUMABLE_SYNC", False, "0",
+    "`1` (or `true`): every save completes before the body goes on (nothing coalesced)",
+    _flag, "1 or 0 (or true/false, yes/no, on/off)")
+SNAPSHOT_LIMIT = Setting(
+    "RESUMABLE_SNAPSHOT_LIMIT", float(256 * 2**20), "256MiB",
+    "states larger than this are saved in place: no copy, the body waits for the save "
+    "(`inf`: always copy; `0`: never; units `KiB` `MiB` `GiB`, `MB` `GB`, `Mi` `Gi`)",
+    parse_size, "a size such as 256MiB, 2GiB, 0 (always save in place) or inf (always copy)")
+RESTART_BACKOFF = Setting(
+    "RESUMABLE_RESTART_BACKOFF", 0.0, "none",
+    "seconds before the first in-process restart of a generation, doubling (max 60 s)",
+    _seconds, "a number of seconds, e.g. 0.5")
+RETRY_DEADLINE = Setting(
+    "RESUMABLE_RETRY_DEADLINE", 60.0, "60",
+    "seconds a storage operation is retried before `StoreError`",
+    _seconds, "a number of seconds >= 0, e.g. 60")
+TERM_TIMEOUT = Setting(
+    "RESUMABLE_TERM_TIMEOUT", 20.0, "20",
+    "seconds after SIGTERM a run may take to reach its next yield before its body is "
+    "interrupted (also what exit handlers get afterwards)",
+    _seconds, "a number of seconds >= 0, e.g. 20 (the pod's terminationGracePeriodSeconds "
+    "must cover it plus one save)")
+EXIT_CODES = Setting(
+    "RESUMABLE_EXIT_CODES", True, "1",
+    "`0` (or `false`): uncaught resumable errors exit with Python's plain 1",
+    _flag, "1 or 0 (or true/false, yes/no, on/off)")
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, RESTART_BACKOFF,
+    RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT,
+)
+
+
+def markdown_table() -> str:
+    """The README's environment-variable table."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for s in SETTINGS:
+        shown = s.shown if s.shown in ("derived", "none") or s.shown.startswith("`") \
+            else f"`{s.shown}`"
+        lines.append(f"| `{s.name}` | {shown} | {s.meaning} |")
+    return "\n".join(lines)
