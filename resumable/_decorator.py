@@ -375,8 +375,7 @@ class _Execution:
     def _start(self) -> tuple[Any, int, Checkpoint | None]:
         """Find where to begin: (state, step, checkpoint resumed from)."""
         run = self.run
-        latest = run.load_latest()
-        run.claim_epoch(latest.key.rsplit("/", 1)[1] if latest else None)
+        latest = run.claim_and_load()  # claim first: the older attempt stops pruning
         if latest is not None:
             self._restore_rng(latest.rng)
             return latest.state, latest.step, latest

@@ -110,7 +110,9 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
         return info
     info.kind = header.kind
     info.step, info.epoch = header.step, header.epoch
-    info.created = datetime.fromtimestamp(header.created, UTC).isoformat(timespec="seconds")
+    info.created = _iso_time(header.created)
+    if info.created is None:  # a damaged time field: verification fails on the checksum
+        info.problem = info.problem or f"created time {header.created!r} is out of range"
     info.serializer, info.signed = header.serializer, header.signed
     if not full:
         info.verified = None
@@ -123,6 +125,14 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     info.verified = True
     info.signature_checked = key is not None
     return info
+
+
+def _iso_time(created: float) -> str | None:
+    """The header's creation time as ISO 8601, or None when no date has it (damage)."""
+    try:
+        return datetime.fromtimestamp(created, UTC).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):  # NaN, infinities, year > 9999 or < 1
+        return None
 
 
 def _name_step(name: str) -> int | None:
@@ -291,6 +301,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     for name in names:
         store.delete(f"{args.run_id}/{name}")
+    remove_temp = getattr(store, "remove_temp_files", None)
+    if remove_temp is not None:  # left by saves that were killed mid-write
+        remove_temp(f"{args.run_id}/")
     print(f"deleted {len(names)} object(s) of run {args.run_id} from {store.url}")
     return 0
 

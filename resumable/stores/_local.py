@@ -139,5 +139,27 @@ class LocalStore:
         with contextlib.suppress(OSError):  # drop the run's folder once it is empty
             path.parent.rmdir()
 
+    def remove_temp_files(self, prefix: str) -> int:
+        """Delete the temp files of unfinished writes under ``prefix`` (a run's folder).
+
+        A save killed between creating its temp file and the rename (SIGKILL, OOM) leaves
+        the file behind, invisible to ``list``. Call this only when no live writer of
+        those keys remains: after claiming the run (older attempts are fenced), or when
+        deleting it. Returns how many were removed.
+        """
+        folder = self._path(prefix.rpartition("/")[0]) if "/" in prefix else self.root
+        removed = 0
+        for dirpath, _dirnames, filenames in os.walk(folder):
+            for name in filenames:
+                if not name.startswith(TMP_PREFIX):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+        with contextlib.suppress(OSError):  # the run's folder, once nothing is left in it
+            if folder != self.root:
+                folder.rmdir()
+        return removed
+
     def conditional_writes(self) -> bool:
         return True

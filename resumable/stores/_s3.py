@@ -93,6 +93,21 @@ _clients_lock = threading.Lock()
 # (client key, bucket) -> does the server enforce If-None-Match?
 _conditional: dict[tuple[object, ...], bool] = {}
 _conditional_lock = threading.Lock()
+# Clients are per process: a forked child (a fitness pool inside the body) that used
+# the parent's client would share its keep-alive sockets with its siblings and read
+# their responses, and would inherit locks other threads held at the fork.
+_fork_generation = 0
+
+
+def _forget_clients_after_fork() -> None:
+    global _clients_lock, _conditional_lock, _fork_generation
+    _clients.clear()
+    _clients_lock = threading.Lock()
+    _conditional_lock = threading.Lock()
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_forget_clients_after_fork)
 
 
 def _env_fingerprint() -> str:
@@ -264,7 +279,7 @@ class S3Store:
             self._extra["SSEKMSKeyId"] = sse_kms_key_id
         if storage_class:
             self._extra["StorageClass"] = storage_class
-        self._client, client_key = _get_client(
+        self._client_args = (
             endpoint_url,
             region,
             addressing_style,
@@ -274,7 +289,17 @@ class S3Store:
             max(2 * max_workers + 4, 10),
             checksums,
         )
+        self._own_client, client_key = _get_client(*self._client_args)
+        self._client_generation = _fork_generation
         self._conditional_key = (*client_key, self.bucket)
+
+    @property
+    def _client(self) -> Any:
+        """This process's boto3 client (a forked child makes its own on first use)."""
+        if self._client_generation != _fork_generation:
+            self._own_client = _get_client(*self._client_args)[0]
+            self._client_generation = _fork_generation
+        return self._own_client
 
     @classmethod
     def from_url(cls, url: str) -> S3Store:
