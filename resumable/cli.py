@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from . import __version__, _format
 from ._decorator import _signing_key as _parse_signing_key
-from ._errors import EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
+from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
 from .stores import Store, default_store_url, head_of, open_store
@@ -191,14 +191,37 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 # -- commands -----------------------------------------------------------------------
 
 
+def _below(url: str, prefix: str) -> str:
+    """The store URL one folder down (before any ?options of an s3 URL)."""
+    base, q, query = url.partition("?")
+    return f"{base.rstrip('/')}/{prefix}" + (q + query if q else "")
+
+
+def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Runs (a first path component holding objects directly) and, separately, the
+    first components that only hold deeper keys: folders of runs, one level down."""
+    runs: dict[str, list[str]] = {}
+    deeper: set[str] = set()
+    for key in keys:
+        run_id, sep, name = key.partition("/")
+        if not sep or not name:
+            continue  # loose objects at the top belong to no run
+        if "/" in name:
+            deeper.add(run_id)
+        else:
+            runs.setdefault(run_id, []).append(name)
+    return runs, sorted(deeper - set(runs))
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    runs: dict[str, list[str]] = {}
-    # Runs are the first path component; loose objects at the top belong to no run.
-    for key in store.list(""):
-        run_id, sep, name = key.partition("/")
-        if sep and name:
-            runs.setdefault(run_id, []).append(name)
+    runs, folders = _group_runs(store.list(""))
+    if not runs and folders:
+        shown = " or ".join(_below(store.url, f) for f in folders[:3])
+        more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
+        raise CliError(f"no runs in {store.url}, but folders of runs below it: did you mean "
+                       f"{shown}{more}? e.g. `{PROG} ls {_below(store.url, folders[0])}`",
+                       EXIT_CONFIG)
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpts = sorted(n for n in names if parse_ckpt_name(n) is not None)
@@ -328,6 +351,29 @@ def _key_arg(p: argparse.ArgumentParser) -> None:
                    help="environment variable holding the HMAC key (default: %(default)s)")
 
 
+def _looks_like_store(text: str) -> bool:
+    return "://" in text or "/" in text or os.path.isdir(text)
+
+
+def _missing_run_id(command: str, store_text: str) -> CliError:
+    """`resumable show STORE` with the run id forgotten: say so, and name runs there."""
+    try:
+        store = open_store(store_text)
+        runs, folders = _group_runs(store.list(""))
+    except (ResumableError, OSError) as err:
+        return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID` ({err})",
+                        EXIT_CONFIG)
+    names = sorted(runs)
+    if names:
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
+                        f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
+    hint = (f"; runs are one level down, e.g. `{PROG} ls {_below(store_text, folders[0])}`"
+            if folders else f"; list its runs with `{PROG} ls {store_text}`")
+    return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
+                    f"store with no runs{hint}", EXIT_CONFIG)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -366,9 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    store_given = args.store is not None
     if args.store is None:
         args.store = default_store_url()
     try:
+        run_id = getattr(args, "run_id", None)
+        if not store_given and run_id is not None and _looks_like_store(run_id):
+            raise _missing_run_id(args.command, run_id)
         code: int = args.func(args)
         return code
     except (CliError, ResumableError) as err:

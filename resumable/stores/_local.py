@@ -9,16 +9,36 @@ import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .._errors import StoreError
+from .._errors import ConfigurationError, StoreError
 from ._base import Payload
 
 TMP_PREFIX = ".tmp-"
+
+
+def _check_folder(root: Path, url: str) -> None:
+    """The store's folder, or the nearest of its parents that exists, must be a folder.
+
+    A regular file there would fail every write with NotADirectoryError, and every
+    listing would say "no runs"; it is a wrong setting, not a storage fault.
+    """
+    for path in (root, *root.parents):
+        try:
+            if path.is_dir():
+                return
+            if path.exists():
+                raise ConfigurationError(
+                    f"store {url}: {path} is a file, not a folder; point the store at a "
+                    "folder (it is created when missing), e.g. RESUMABLE_STORE=./checkpoints"
+                )
+        except OSError:  # unreadable parent: let the first real access report it
+            return
 
 
 class LocalStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.url = self.root.as_uri()
+        _check_folder(self.root, self.url)
 
     @classmethod
     def from_url(cls, url: str) -> LocalStore:

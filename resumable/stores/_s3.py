@@ -20,6 +20,7 @@ import http.client
 import logging
 import os
 import random
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -87,6 +88,9 @@ _URL_OPTIONS = {
     "checksums": str,
 }
 _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
+# What botocore accepts (legacy names allow capitals and underscores); anything else
+# fails every request with a parameter-validation error, so say so at once.
+_BUCKET = re.compile(r"^[a-zA-Z0-9.\-_]{1,255}$")
 
 _clients: dict[tuple[object, ...], Any] = {}
 _clients_lock = threading.Lock()
@@ -249,6 +253,12 @@ class S3Store:
             raise ConfigurationError(f"store URL {url!r} must look like s3://bucket/prefix")
         self.url = url
         self.bucket = parts.netloc
+        if not _BUCKET.match(self.bucket):
+            raise ConfigurationError(
+                f"store URL {url!r}: {self.bucket!r} is not a valid bucket name; S3 bucket "
+                "names are 3-63 lowercase letters, digits, dots and hyphens, e.g. "
+                "s3://my-ga-runs/prefix"
+            )
         prefix = parts.path.strip("/")
         self.root = f"{prefix}/" if prefix else ""
         if addressing_style not in (None, "path", "virtual", "auto"):
