@@ -64,11 +64,22 @@ def test_resume_vs_restart_quick(tmp_path: Path) -> None:
         assert c["case"] in ("no_checkpoint", "checkpoint")
         assert c["failure"] in ("kill", "term")
         assert finite(c["wall_seconds_median"]) and finite(c["generations_median"])
+        restart = sum(cfg["failures_after"]) + cfg["generations"]
         if c["case"] == "no_checkpoint":
             # start over: every failing pod's generations plus a full run
-            assert c["generations_median"] == sum(cfg["failures_after"]) + cfg["generations"]
+            assert c["generations_median"] == restart
         else:
-            assert c["generations_median"] <= cfg["generations"] + len(cfg["failures_after"])
+            # What the code guarantees, whatever the machine's speed: a pod resumes from a
+            # checkpoint at or before its predecessor's last generation (SIGKILL may lose
+            # saves still uploading, and how many depends on timing), never from nothing
+            # worse than a restart; and a SIGTERM'd pod saves at least the generation it
+            # was told to stop at (a pod may finish one more before exiting, which the
+            # count leaves out). The 12-generation bound asserted here before held only
+            # when uploads kept up (it failed 1 in 2-3 runs on a loaded machine).
+            low = cfg["generations"] - len(cfg["failures_after"])
+            assert low <= c["generations_median"] <= restart
+            if c["failure"] == "term":
+                assert c["generations_median"] <= cfg["generations"] + len(cfg["failures_after"])
             assert c["same_result_as_no_checkpoint"] is True
             assert finite(c["wall_ratio_to_no_checkpoint"])
 
