@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -21,12 +22,13 @@ from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
-from .stores import Store, default_store_url, head_of, open_store
+from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
 
 PROG = "resumable"
 KEY_ENV = "RESUMABLE_SIGNING_KEY"
 EXIT_FAILURE = 1
 EXIT_NOT_FOUND = 66  # EX_NOINPUT: the run is not in the store
+LS_WORKERS = 16  # header reads in flight for `ls --check` (each a small ranged GET)
 # What `ls` and `show` read of an object: enough for the header of any object with up
 # to ~8000 frames; a longer header is read in a second request.
 HEAD_BYTES = 64 * 1024
@@ -215,28 +217,52 @@ def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    runs, folders = _group_runs(store.list(""))
+    # One listing gives names, sizes and times (1,000 objects per S3 request); headers
+    # are read only with --check, or from stores whose listing has no sizes and times.
+    listed = store.list_info("") if isinstance(store, SupportsListInfo) else None
+    keys = [item.key for item in listed] if listed is not None else store.list("")
+    about = {item.key: item for item in listed or ()}
+    runs, folders = _group_runs(keys)
     if not runs and folders:
         shown = " or ".join(_below(store.url, f) for f in folders[:3])
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
         raise CliError(f"no runs in {store.url}, but folders of runs below it: did you mean "
                        f"{shown}{more}? e.g. `{PROG} ls {_below(store.url, folders[0])}`",
                        EXIT_CONFIG)
+    newest = {run_id: max((n for n in names if parse_ckpt_name(n) is not None), default=None)
+              for run_id, names in runs.items()}
+    read_headers = args.check or listed is None
+    headers: dict[str, ObjectInfo] = {}
+    if read_headers:
+        todo = [(r, n) for r, n in sorted(newest.items()) if n is not None]
+        with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
+            for (run_id, _), info in zip(todo, pool.map(
+                    lambda item: _inspect(store, item[0], item[1], None, full=False), todo),
+                    strict=True):
+                headers[run_id] = info
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
-        ckpts = sorted(n for n in names if parse_ckpt_name(n) is not None)
-        newest = _inspect(store, run_id, ckpts[-1], None, full=False) if ckpts else None
-        rows.append({
+        ckpt = newest[run_id]
+        row: dict[str, Any] = {
             "run_id": run_id,
-            "checkpoints": len(ckpts),
+            "checkpoints": sum(1 for n in names if parse_ckpt_name(n) is not None),
             # From the name, so a damaged newest checkpoint still shows where the run got.
-            "newest_step": _name_step(ckpts[-1]) if ckpts else None,
+            "newest_step": _name_step(ckpt) if ckpt else None,
             "attempts": sum(1 for n in names if n.startswith(EPOCH)),
             "complete": RESULT in names,
-            "newest_created": newest.created if newest else None,
-            "newest_bytes": newest.bytes if newest else None,
-            "newest_problem": newest.problem if newest else None,
-        })
+            "newest_created": None,
+            "newest_bytes": None,
+            "newest_problem": None,
+            "header_checked": read_headers and ckpt is not None,
+        }
+        if ckpt is not None and read_headers:
+            info = headers[run_id]
+            row.update(newest_created=info.created, newest_bytes=info.bytes,
+                       newest_problem=info.problem)
+        elif ckpt is not None:
+            item = about[f"{run_id}/{ckpt}"]
+            row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
+        rows.append(row)
     if args.json:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
         return 0
@@ -250,7 +276,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
           _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
-    print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's")
+    note = ("" if args.check or listed is None
+            else "; `ls --check` reads their headers too, `verify` checks a run fully")
+    print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's{note}")
     return 0
 
 
@@ -380,8 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
-        ("ls", "list the runs in a store, one row each (reads the newest checkpoint's "
-               "header, not the whole object; `verify` checks a run fully)", cmd_ls),
+        ("ls", "list the runs in a store, one row each, from one listing of the store "
+               "(--check also reads each run's newest header; `verify` checks a run "
+               "fully)", cmd_ls),
         ("show", "list a run's objects with their headers, reading only the headers; "
                  "--verify downloads and verifies every object too (nothing is unpickled)",
          cmd_show),
@@ -397,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("run_id", metavar="RUN_ID", help="the run (see `resumable ls`)")
         if name in ("ls", "show"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "ls":
+            p.add_argument("--check", action="store_true",
+                           help="also read the newest checkpoint's header of every run (in "
+                                "parallel) and mark damaged ones; without it AGE and SIZE "
+                                "come from the listing")
         if name == "show":
             p.add_argument("--verify", action="store_true",
                            help="download every object and verify it as `verify` does "

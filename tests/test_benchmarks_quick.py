@@ -106,3 +106,14 @@ def test_s3_throughput_quick(tmp_path: Path) -> None:
         assert c["verified"] is True
     s = doc["summary"]
     assert finite(s["save_ratio_to_raw"]) and finite(s["load_ratio_to_raw"])
+
+
+@pytest.mark.s3
+def test_ls_scale_quick(tmp_path: Path) -> None:
+    doc = run_quick("ls_scale", tmp_path)
+    cases = {c["case"]: c for c in doc["cases"]}
+    assert set(cases) == {"listing", "check", "serial"}
+    for c in cases.values():
+        assert c["runs"] == doc["config"]["runs"] > 0
+        assert len(c["seconds"]) == doc["config"]["repeats"]
+        assert c["min_s"] <= c["median_s"] <= c["max_s"] and finite(c["median_s"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ import pytest
 from resumable import ConfigurationError, checkpointed, cli
 from resumable._run import Run
 from resumable.stores import open_store
+from resumable.stores import _registry as stores_registry
+from resumable.stores._local import LocalStore
 from tests.s3servers import MotoServer
 
 EXIT_CONFIG = 78
@@ -122,3 +125,45 @@ def test_ls_one_level_above_the_runs_points_down(tmp_path: Path) -> None:
 def test_ls_of_an_empty_or_missing_store_is_not_an_error(tmp_path: Path) -> None:
     code, _, err = _cli("ls", str(tmp_path / "nothing-yet"))
     assert code == 0 and "no runs" in err
+
+
+# -- ls at scale: one listing, headers only with --check ---------------------------------
+
+
+class _CountingLocal(LocalStore):
+    """The local store, counting the reads `ls` makes besides its listing."""
+
+    reads = 0
+
+    def get(self, key: str) -> bytearray | None:
+        type(self).reads += 1
+        return super().get(key)
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        type(self).reads += 1
+        return super().head(key, n)
+
+
+def test_ls_reads_no_object_and_ls_check_marks_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, ls read one header per run, one after another (2.3 s for 1,000 runs on S3)."""
+    for i in range(12):
+        _a_run(str(tmp_path), f"run-{i:02d}")
+    newest = tmp_path / "run-03" / "ckpt-00000001-000000000001"
+    damaged = bytearray(newest.read_bytes())
+    damaged[39] ^= 0x20  # the created time's exponent
+    newest.write_bytes(damaged)
+    monkeypatch.setitem(stores_registry, "counted",
+                        lambda url: _CountingLocal(url.split("://", 1)[1]))
+    _CountingLocal.reads = 0
+    code, out, err = _cli("ls", f"counted://{tmp_path}", "--json")
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    assert _CountingLocal.reads == 0
+    assert len(runs) == 12 and all(r["newest_bytes"] and r["newest_created"] for r in runs)
+    assert not any(r["header_checked"] for r in runs)
+    code, out, err = _cli("ls", f"counted://{tmp_path}", "--check")
+    assert code == 0, err
+    assert _CountingLocal.reads == 12
+    assert [line.split()[0] for line in out.splitlines() if "(damaged)" in line] == ["run-03"]

@@ -429,8 +429,8 @@ def test_any_flipped_header_bit_fails_verify_and_never_crashes_ls_or_show(
         code, text = _cli("verify", store, "run")
         assert code == 65, text
         assert "FAIL" in text and "Traceback" not in text
-        for argv in (["ls", store], ["show", store, "run"], ["ls", store, "--json"],
-                     ["show", store, "run", "--json"]):
+        for argv in (["ls", store], ["show", store, "run"], ["ls", store, "--check"],
+                     ["ls", store, "--check", "--json"], ["show", store, "run", "--json"]):
             code, text = _cli(*argv)
             assert code == 0 and "error" not in text, (argv, text)
     finally:
@@ -447,7 +447,7 @@ def test_every_bit_of_the_created_time_is_survived() -> None:
             damaged[32 + bit // 8] ^= 1 << (bit % 8)
             path.write_bytes(damaged)
             assert _cli("verify", store, "run")[0] == 65, bit
-            for argv in (["ls", store], ["show", store, "run", "--json"]):
+            for argv in (["ls", store, "--check"], ["show", store, "run", "--json"]):
                 code, text = _cli(*argv)
                 assert code == 0 and "error" not in text, (bit, argv, text)
     finally:

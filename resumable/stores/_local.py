@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .._errors import ConfigurationError, StoreError
+from . import Listed
 from ._base import Payload
 
 TMP_PREFIX = ".tmp-"
@@ -149,6 +151,19 @@ class LocalStore:
                 ):
                     found.append(key)
         return sorted(found)
+
+    def list_info(self, prefix: str) -> builtins.list[Listed]:
+        """``list`` with each file's size and modification time (one stat each)."""
+        out = []
+        for key in self.list(prefix):
+            try:
+                st = os.stat(self._path(key))
+            except FileNotFoundError:  # deleted since the walk (retention)
+                continue
+            except OSError as err:
+                raise self._fail("listing", key, err) from err
+            out.append(Listed(key, st.st_size, st.st_mtime))
+        return out
 
     def delete(self, key: str) -> None:
         path = self._path(key)
