@@ -19,8 +19,8 @@ import pytest
 
 from resumable import ConfigurationError, checkpointed, cli
 from resumable._run import Run
-from resumable.stores import open_store
 from resumable.stores import _registry as stores_registry
+from resumable.stores import open_store
 from resumable.stores._local import LocalStore
 from tests.s3servers import MotoServer
 
