@@ -380,7 +380,16 @@ def _key_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _looks_like_store(text: str) -> bool:
-    return "://" in text or "/" in text or os.path.isdir(text)
+    """A RUN_ID that cannot be one but reads as a store: the run id was left out.
+
+    Only invalid run ids qualify, so a valid one is never second-guessed (a folder of
+    that name in the working directory, say).
+    """
+    try:
+        validate_run_id(text, "RUN_ID")
+    except ResumableError:
+        return "://" in text or os.sep in text or "/" in text or os.path.isdir(text)
+    return False
 
 
 def _missing_run_id(command: str, store_text: str) -> CliError:

@@ -167,3 +167,14 @@ def test_ls_reads_no_object_and_ls_check_marks_damage(
     assert code == 0, err
     assert _CountingLocal.reads == 12
     assert [line.split()[0] for line in out.splitlines() if "(damaged)" in line] == ["run-03"]
+
+
+def test_a_valid_run_id_is_never_read_as_a_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even when a folder of that name is in the working directory."""
+    _a_run(str(tmp_path / "store"), "run-a")
+    monkeypatch.setenv("RESUMABLE_STORE", str(tmp_path / "store"))
+    monkeypatch.chdir(tmp_path / "store")  # ./run-a is a folder here
+    code, out, err = _cli("show", "run-a")
+    assert code == 0 and "ckpt-" in out, err
