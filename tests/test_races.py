@@ -452,3 +452,19 @@ def test_every_bit_of_the_created_time_is_survived() -> None:
                 assert code == 0 and "error" not in text, (bit, argv, text)
     finally:
         path.write_bytes(original)
+
+
+@pytest.mark.s3
+def test_the_next_attempt_aborts_leftover_multipart_uploads(
+    moto_server: MotoServer, s3_env: Callable[..., Any]
+) -> None:
+    """A pod killed mid-way through a large save leaves an incomplete upload (billed)."""
+    s3_env(moto_server)
+    url = moto_server.new_store_url()
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    client = moto_server.client()
+    client.create_multipart_upload(Bucket=bucket, Key=f"{prefix}/r/ckpt-00000001-000000000007")
+    client.create_multipart_upload(Bucket=bucket, Key=f"{prefix}/other/ckpt-00000001-000000000001")
+    Run(open_store(url), "r").claim_and_load()
+    left = [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    assert left == [f"{prefix}/other/ckpt-00000001-000000000001"]  # other runs untouched

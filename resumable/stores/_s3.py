@@ -735,6 +735,29 @@ class S3Store:
     def _lister(self, kwargs: dict[str, Any]) -> Callable[[], Any]:
         return lambda: self._client.list_objects_v2(**kwargs)
 
+    def remove_temp_files(self, prefix: str) -> int:
+        """Abort the incomplete multipart uploads under ``prefix`` (a run's folder).
+
+        A pod killed in the middle of a large save leaves its parts in the bucket,
+        invisible and billed. Called when a new attempt has claimed the run (older
+        attempts are fenced) and by ``resumable rm``. Best effort: a server without
+        ListMultipartUploads, or a failure here, leaves them to a lifecycle rule.
+        Returns how many uploads were aborted.
+        """
+        full_prefix = self.root + prefix
+        aborted = 0
+        try:
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=full_prefix)
+            for page in pages:
+                for upload in page.get("Uploads", ()):
+                    key = upload["Key"]
+                    self._abort(key[len(self.root):], key, upload["UploadId"])
+                    aborted += 1
+        except Exception as exc:  # cleanup must never fail a run
+            log.debug("%s: not aborting leftover uploads under %r: %s", self.url, prefix, exc)
+        return aborted
+
     def delete(self, key: str) -> None:
         full = self._key(key)
 
