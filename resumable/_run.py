@@ -252,10 +252,17 @@ class Run:
         base and are never resumed from. Returns None when ``name`` is legitimate.
         """
         parsed = parse_ckpt_name(name)
-        if parsed is None or parsed[0] + 1 not in epochs:
+        if parsed is None:
             return None
-        base = self._epoch_base(parsed[0] + 1)
-        return base if base is not None and name > base else None
+        # The next attempt that really claimed the run: usually parsed + 1; a stray
+        # record at that number (one that fails verification) is passed over.
+        for epoch in sorted(e for e in epochs if e > parsed[0]):
+            record = self._epoch_record(epoch)
+            if record is None:
+                continue
+            base = record.get("base")
+            return str(base) if base is not None and name > str(base) else None
+        return None
 
     def load_latest(self, *, with_state: bool = True) -> Checkpoint | None:
         """The newest checkpoint that passes verification; older ones are fallbacks.
