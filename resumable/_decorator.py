@@ -311,7 +311,11 @@ class _Execution:
         if self.timed:
             self.last_save = time.monotonic()
         if self.synchronous and not final:
-            self._wait_for_saves()
+            try:
+                self._wait_for_saves()
+            except BaseException as err:
+                self._flush_after_error(err)  # the failed state itself is tried once more
+                raise
 
     def _save_in_place(self, snap: Snapshot) -> None:
         """Save a state too large to copy (see Run.snapshot) before the body resumes.
@@ -381,8 +385,7 @@ class _Execution:
     def _start(self) -> tuple[Any, int, Checkpoint | None]:
         """Find where to begin: (state, step, checkpoint resumed from)."""
         run = self.run
-        latest = run.load_latest()
-        run.claim_epoch(latest.key.rsplit("/", 1)[1] if latest else None)
+        latest = run.claim_and_load()  # claim first: the older attempt stops pruning
         if latest is not None:
             self._restore_rng(latest.rng)
             return latest.state, latest.step, latest

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import tenacity
 
 from . import _settings
-from ._errors import StoreError
+from ._errors import EXIT_CONFIG, ConfigurationError, StoreError
 
 log = logging.getLogger("resumable")
 
@@ -98,6 +98,44 @@ _STATUS_HINTS = {
 }
 
 
+class StoreConfigurationError(StoreError, ConfigurationError):
+    """A store operation that cannot succeed until the configuration changes (exit 78):
+    an invalid bucket name, TLS spoken to a plain-HTTP endpoint, an untrusted certificate.
+    Never retried. Both a ``StoreError`` (storage failed for good) and a
+    ``ConfigurationError`` (what to fix is a setting)."""
+
+    exit_code = EXIT_CONFIG
+
+
+# TLS failures that no retry heals: the endpoint speaks plain HTTP (or another
+# protocol), or its certificate is not trusted here.
+_TLS_PERMANENT = ("WRONG_VERSION_NUMBER", "CERTIFICATE_VERIFY_FAILED", "UNKNOWN_PROTOCOL",
+                  "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST")
+
+
+def _tls_problem(exc: BaseException) -> str | None:
+    """The OpenSSL reason when ``exc`` is a TLS failure that retrying cannot fix."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        for reason in _TLS_PERMANENT:
+            if reason in text:
+                return reason
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _endpoint_of(exc: BaseException) -> str | None:
+    """scheme://host:port of the request that failed, when botocore says."""
+    url = (getattr(exc, "kwargs", None) or {}).get("endpoint_url")
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else None
+
+
 def _botocore() -> tuple[tuple[type[BaseException], ...], type[BaseException] | None]:
     """(transient connection errors, ClientError) if botocore is importable."""
     try:
@@ -146,6 +184,8 @@ def is_transient(exc: BaseException) -> bool:
     if _CLIENT_ERROR is not None and isinstance(exc, _CLIENT_ERROR):
         code, status = error_code(exc)
         return code in TRANSIENT_CODES or status in TRANSIENT_STATUS
+    if _tls_problem(exc) is not None:
+        return False
     return isinstance(exc, _BOTO_TRANSIENT + _OS_TRANSIENT)
 
 
@@ -172,6 +212,22 @@ def describe_permanent(op: str, url: str, key: str | None, exc: BaseException) -
         hint = template.format(bucket=bucket)
         return StoreError(f"{where} failed: {detail}; {hint}", url=url, key=key)
     name = type(exc).__name__
+    tls = _tls_problem(exc)
+    if tls is not None:
+        endpoint = _endpoint_of(exc) or "the endpoint"
+        if tls in ("CERTIFICATE_VERIFY_FAILED",):
+            fix = (f"{endpoint}'s TLS certificate is not trusted here: set AWS_CA_BUNDLE to "
+                   "its CA certificate")
+        else:
+            plain = endpoint.replace("https://", "http://", 1)
+            fix = (f"{endpoint} does not speak TLS (SSL {tls}): if the server is plain HTTP, "
+                   f"use {plain} in AWS_ENDPOINT_URL or endpoint_url=")
+        return StoreConfigurationError(f"{where} failed: {fix}", url=url, key=key)
+    if name == "ParamValidationError":
+        return StoreConfigurationError(
+            f"{where} failed: botocore rejects the request's parameters "
+            f"({_one_line(exc).split(':', 1)[-1].strip()[:160]}); check the store URL",
+            url=url, key=key)
     if name in ("NoCredentialsError", "PartialCredentialsError"):
         hint = (
             "no usable AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
@@ -274,6 +330,7 @@ def retrying(
 
 __all__ = [
     "DEADLINE_ENV",
+    "StoreConfigurationError",
     "deadline",
     "describe_permanent",
     "error_code",

@@ -3,7 +3,9 @@
 Layout under ``<run_id>/``::
 
     ckpt-<epoch:08>-<step:012>   checkpoints; the greatest name is the newest
-    epoch-<epoch:08>             one per attempt, created only if absent (fencing)
+    epoch-<epoch:08>             one per attempt, created only if absent (fencing); the
+                                 attempt rewrites it once, to record the checkpoint it
+                                 resumed from (see Run.claim_and_load)
     result                       the completed run's return value
     rng-start                    the global RNG state at the fresh start
 
@@ -27,8 +29,10 @@ from . import _format, _rng
 from ._errors import (
     CheckpointCorruptError,
     CheckpointTamperedError,
+    ConfigurationError,
     FencedError,
     SerializationError,
+    StoreError,
 )
 from .serializers import (
     Serializer,
@@ -48,6 +52,8 @@ EPOCH = "epoch-"
 RESULT = "result"
 RNG_START = "rng-start"
 _RAW = "raw"  # serializer name for records that hold no user object
+MAX_EPOCH = 99_999_999  # the 8-digit field of the names; never overflowed
+RELISTS = 5  # listings tried when listed checkpoints vanish before they are read
 
 
 def ckpt_name(epoch: int, step: int) -> str:
@@ -180,7 +186,16 @@ class Run:
     # -- reading ----------------------------------------------------------------------
 
     def _decode(self, name: str, data: Buffer, kind: str) -> _format.Decoded:
-        return _format.decode(data, key=self.signing_key, kind=kind, name=self.key(name))
+        decoded = _format.decode(data, key=self.signing_key, kind=kind, name=self.key(name))
+        if self.signing_key is None and decoded.header.signed:
+            # Going on would write unsigned objects into a signed run; retention would then
+            # delete the signed ones, and with the key back nothing would verify.
+            raise ConfigurationError(
+                f"{self.where(name)} is signed, but no signing key is set: set "
+                "$RESUMABLE_SIGNING_KEY (or signing_key=) to the run's key to resume it, "
+                f"or delete the run with `resumable rm {self.store.url} {self.run_id}`"
+            )
+        return decoded
 
     def checkpoint_names(self) -> list[str]:
         prefix = self.key(CKPT)
@@ -188,25 +203,54 @@ class Run:
         return [n for n in names if parse_ckpt_name(n) is not None]
 
     def epochs(self) -> list[int]:
+        """The attempt numbers whose records are listed (unverified; see ``latest_epoch``)."""
         out = []
         for k in self.store.list(self.key(EPOCH)):
-            try:
-                out.append(int(k.rsplit("-", 1)[1]))
-            except ValueError:
-                continue
+            tail = k.rsplit("/", 1)[1][len(EPOCH):]
+            if len(tail) == 8 and tail.isdigit():
+                out.append(int(tail))
         return sorted(out)
 
-    def _epoch_base(self, epoch: int) -> str | None:
-        """The checkpoint name attempt ``epoch`` resumed from; '' for a fresh start."""
-        data = self.store.get(self.key(f"{EPOCH}{epoch:08d}"))
+    def _epoch_record(self, epoch: int) -> dict[str, Any] | None:
+        """Attempt ``epoch``'s verified record, or None (absent, damaged, forged)."""
+        name = f"{EPOCH}{epoch:08d}"
+        data = self.store.get(self.key(name))
         if data is None:
             return None
         try:
-            name = f"{EPOCH}{epoch:08d}"
-            record = json.loads(bytes(self._decode(name, data, "epoch").frames[0]))
-            return str(record.get("base") or "")
-        except (_format.InvalidObject, ValueError):
+            frame = self._decode(name, data, "epoch").frames[0]
+        except _format.InvalidObject as err:
+            log.error("ignoring attempt record %s: %s", self.where(name), err.reason)
             return None
+        try:
+            record = json.loads(bytes(frame))
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            log.error("ignoring attempt record %s: its content is not a record", self.where(name))
+            return None
+        return record
+
+    def latest_epoch(self) -> int:
+        """The newest attempt whose record verifies; strays and forgeries do not count.
+
+        Verifies from the newest name down, so it reads one record in the usual case.
+        """
+        for epoch in reversed(self.epochs()):
+            if self._epoch_record(epoch) is not None:
+                return epoch
+        return 0
+
+    def _epoch_base(self, epoch: int) -> str | None:
+        """The checkpoint name attempt ``epoch`` resumed from; '' for a fresh start.
+
+        None when there is no verified record, or the attempt has claimed the run but
+        not yet chosen its base (it supersedes nothing until then).
+        """
+        record = self._epoch_record(epoch)
+        if record is None or record.get("base") is None:
+            return None
+        return str(record["base"])
 
     def _superseded(self, name: str, epochs: set[int]) -> str | None:
         """The base of the newer attempt that took over, if ``name`` was written after it.
@@ -216,10 +260,17 @@ class Run:
         base and are never resumed from. Returns None when ``name`` is legitimate.
         """
         parsed = parse_ckpt_name(name)
-        if parsed is None or parsed[0] + 1 not in epochs:
+        if parsed is None:
             return None
-        base = self._epoch_base(parsed[0] + 1)
-        return base if base is not None and name > base else None
+        # The next attempt that really claimed the run: usually parsed + 1; a stray
+        # record at that number (one that fails verification) is passed over.
+        for epoch in sorted(e for e in epochs if e > parsed[0]):
+            record = self._epoch_record(epoch)
+            if record is None:
+                continue
+            base = record.get("base")
+            return str(base) if base is not None and name > str(base) else None
+        return None
 
     def load_latest(self, *, with_state: bool = True) -> Checkpoint | None:
         """The newest checkpoint that passes verification; older ones are fallbacks.
@@ -229,32 +280,29 @@ class Run:
         deleted by the old attempt's retention before it noticed), since a deterministic
         body makes them as good as any, and that beats refusing or starting over.
         """
-        names = self.checkpoint_names()
-        self._known = list(names)
-        if not names:
-            return None
-        epochs = set(self.epochs())
+        seen_vanish: list[str] = []  # checkpoints were seen: never report "none" then
+        found: Checkpoint | None = None
         failures: list[tuple[str, _format.InvalidObject]] = []
-        superseded: list[tuple[str, str]] = []
-        for name in reversed(names):
-            base = self._superseded(name, epochs)
-            if base is not None:
-                log.warning(
-                    "skipping %s: written by an attempt after a newer one took over the run",
-                    self.where(name),
-                )
-                superseded.append((name, base))
-                continue
-            found = self._try_load(name, failures, with_state)
-            if found is not None:
-                return found
-        for name, base in superseded:
-            log.warning("%s was written by an attempt after a newer one took over from %s; "
-                        "using it only because no other checkpoint verifies",
-                        self.where(name), base or "a fresh start")
-            found = self._try_load(name, failures, with_state)
-            if found is not None:
-                return found
+        for _listing in range(RELISTS):
+            found, vanished, failures = self._load_listed(with_state)
+            seen_vanish += vanished
+            if found is not None or not vanished:
+                break
+            # Listed, then deleted before we read them: retention of an older attempt
+            # (fenced by now, so it stops), or `resumable rm`. A newer listing sees what
+            # replaced them.
+            log.warning("%d checkpoint(s) of %s disappeared while loading; listing again",
+                        len(vanished), self.where())
+        if found is not None:
+            return found
+        if seen_vanish and not failures:
+            raise StoreError(
+                f"checkpoints of run {self.run_id!r} in {self.store.url} were listed but "
+                f"disappeared while loading ({', '.join(seen_vanish[:3])}): "
+                "another process is deleting them (an older attempt of the run, or "
+                "`resumable rm`); refusing to start from scratch. Retry once it has stopped",
+                url=self.store.url, key=self.key(seen_vanish[0]),
+            )
         if not failures:
             return None
         summary = "; ".join(f"{n}: {e.reason}" for n, e in failures)
@@ -267,10 +315,43 @@ class Run:
             f"{self.run_id}`, and delete the run with `resumable rm` to start over"
         )
 
+    def _load_listed(self, with_state: bool) -> tuple[
+            Checkpoint | None, list[str], list[tuple[str, _format.InvalidObject]]]:
+        """One listing's newest verified checkpoint, the names that vanished, the failures."""
+        names = self.checkpoint_names()
+        self._known = list(names)
+        vanished: list[str] = []
+        failures: list[tuple[str, _format.InvalidObject]] = []
+        if not names:
+            return None, vanished, failures
+        epochs = set(self.epochs())
+        superseded: list[tuple[str, str]] = []
+        for name in reversed(names):
+            base = self._superseded(name, epochs)
+            if base is not None:
+                log.warning(
+                    "skipping %s: written by an attempt after a newer one took over the run",
+                    self.where(name),
+                )
+                superseded.append((name, base))
+                continue
+            found = self._try_load(name, failures, with_state, vanished)
+            if found is not None:
+                return found, vanished, failures
+        for name, base in superseded:
+            log.warning("%s was written by an attempt after a newer one took over from %s; "
+                        "using it only because no other checkpoint verifies",
+                        self.where(name), base or "a fresh start")
+            found = self._try_load(name, failures, with_state, vanished)
+            if found is not None:
+                return found, vanished, failures
+        return None, vanished, failures
+
     def _try_load(self, name: str, failures: list[tuple[str, _format.InvalidObject]],
-                  with_state: bool) -> Checkpoint | None:
+                  with_state: bool, vanished: list[str]) -> Checkpoint | None:
         data = self.store.get(self.key(name))
         if data is None:  # deleted by retention of another attempt since the listing
+            vanished.append(name)
             return None
         try:
             decoded = self._decode(name, data, "ckpt")
@@ -302,7 +383,7 @@ class Run:
         return Checkpoint(
             step=header.step,
             state=state,
-            created=datetime.fromtimestamp(header.created, UTC),
+            created=_created(header.created),
             key=self.key(name),
             epoch=header.epoch,
             rng=rng,
@@ -358,38 +439,106 @@ class Run:
             key=self.signing_key,
         )
 
-    def claim_epoch(self, base: str | None) -> int:
-        """Claim a new attempt number with a create-only write; a newer claim fences us."""
-        latest = max(self.epochs(), default=0)
-        record = json.dumps({
-            "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
-            "base": base or "", "pod": os.environ.get("HOSTNAME", ""),
-        }).encode()
-        for candidate in range(latest + 1, latest + 1000):
+    def claim_epoch(self, base: str | None = None, *, pending: bool = False) -> int:
+        """Claim a new attempt number with a create-only write; a newer claim fences us.
+
+        ``base`` is the checkpoint name this attempt resumes from (None: a fresh start).
+        With ``pending`` the base is not known yet (``claim_and_load`` records it once it
+        has loaded); until then the attempt supersedes no checkpoint of the older one.
+        Only verified records count, so a stray or forged ``epoch-99999999`` neither
+        overflows the 8-digit names nor hides the checkpoints written after it.
+        """
+        latest = self.latest_epoch()
+        if latest >= MAX_EPOCH:
+            name = f"{EPOCH}{latest:08d}"
+            raise CheckpointCorruptError(
+                f"run {self.run_id!r} in {self.store.url} has an attempt record {name}, the "
+                f"last attempt number there is; no attempt can follow it. It is not one this "
+                f"library wrote in the usual way: inspect it with `resumable show "
+                f"{self.store.url} {self.run_id}` and delete it, or delete the run"
+            )
+        for candidate in range(latest + 1, min(latest + 1000, MAX_EPOCH + 1)):
             self.epoch = candidate
             name = f"{EPOCH}{candidate:08d}"
-            payload = self._encode(name, [record], "epoch", _RAW)
+            payload = self._encode(name, [self._epoch_json(None if pending else base or "")],
+                                   "epoch", _RAW)
             if self.store.put_if_absent(self.key(name), payload):
+                self._remove_stale_temp()
                 return candidate
         raise FencedError(f"could not claim an attempt number for {self.where()}: "
                           "a thousand concurrent attempts?")
 
+    def _epoch_json(self, base: str | None) -> bytes:
+        return json.dumps({
+            "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+            "base": base, "pod": os.environ.get("HOSTNAME", ""),
+        }).encode()
+
+    def record_base(self, base: str | None) -> None:
+        """Rewrite our own epoch record (claimed ``pending``) with the base we resume from.
+
+        Only this attempt writes its record, so a plain put is safe; readers see the
+        pending record or this one, both valid.
+        """
+        name = f"{EPOCH}{self.epoch:08d}"
+        self.store.put(self.key(name),
+                       self._encode(name, [self._epoch_json(base or "")], "epoch", _RAW))
+
+    def claim_and_load(self, *, with_state: bool = True) -> Checkpoint | None:
+        """Start an attempt: claim first (fencing the older attempt), then load, then
+        record the base.
+
+        Loading first let an older attempt, not yet fenced, prune the checkpoints just
+        listed, and the new attempt started over with good steps in the store. After the
+        claim the older attempt writes at most the save it is in the middle of, and its
+        retention stops at its next fence check; ``load_latest`` lists again when
+        listed checkpoints vanish, and raises rather than start fresh when checkpoints
+        were seen.
+        """
+        self.claim_epoch(pending=True)  # refuses a signed run without a key, writing nothing
+        latest = self.load_latest(with_state=with_state)
+        self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
+        return latest
+
+    def _remove_stale_temp(self) -> None:
+        """Temp files of this run's unfinished writes (a killed save) are stale once we
+        hold the newest claim: every older attempt is fenced."""
+        remove = getattr(self.store, "remove_temp_files", None)
+        if remove is None:
+            return
+        try:
+            n = remove(self.run_id + "/")
+        except (OSError, StoreError) as err:
+            log.warning("could not remove leftover temp files of %s: %s", self.where(), err)
+            return
+        if n:
+            log.info("removed %d temp file(s) of unfinished saves in %s", n, self.where())
+
     def check_fenced(self) -> None:
-        """Raise FencedError if a newer attempt has claimed the run (one small GET)."""
+        """Raise FencedError if a newer attempt has claimed the run (one small GET).
+
+        Claims take the next free number, so one past ours is the one to read; only if a
+        record there fails verification (a stray object) are later numbers listed too.
+        """
         name = f"{EPOCH}{self.epoch + 1:08d}"
         newer = self.store.get(self.key(name))
-        if newer is not None:
-            try:
-                self._decode(name, newer, "epoch")
-            except _format.InvalidObject as err:
-                # With a signing key, someone without it cannot stop the run this way.
-                log.error("ignoring attempt record %s: %s", self.where(name), err.reason)
+        if newer is None:
+            return
+        try:
+            self._decode(name, newer, "epoch")
+            found = self.epoch + 1
+        except _format.InvalidObject as err:
+            # With a signing key, someone without it cannot stop the run this way.
+            log.error("ignoring attempt record %s: %s", self.where(name), err.reason)
+            later = [e for e in self.epochs() if e > self.epoch + 1]
+            found = next((e for e in later if self._epoch_record(e) is not None), 0)
+            if not found:
                 return
-            raise FencedError(
-                f"run {self.run_id!r} in {self.store.url} was taken over by a newer attempt "
-                f"(epoch {self.epoch + 1} > ours, {self.epoch}); this attempt stops without "
-                "writing. Another pod is running the same run: check the Job's pods"
-            )
+        raise FencedError(
+            f"run {self.run_id!r} in {self.store.url} was taken over by a newer attempt "
+            f"(epoch {found} > ours, {self.epoch}); this attempt stops without "
+            "writing. Another pod is running the same run: check the Job's pods"
+        )
 
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
@@ -460,7 +609,16 @@ class Run:
         for k in keys:
             self.store.delete(k)
         self._known = []
+        self._remove_stale_temp()
         return len(keys)
+
+
+def _created(timestamp: float) -> datetime:
+    """A verified header's time; a writer with a broken clock must not stop a resume."""
+    try:
+        return datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, ValueError, OSError):
+        return datetime.fromtimestamp(0, UTC)
 
 
 def _rng_loads(frame: memoryview) -> _rng.RngState | None:

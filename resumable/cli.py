@@ -12,21 +12,23 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
-from ._errors import EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
+from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
-from .stores import Store, default_store_url, head_of, open_store
+from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
 
 PROG = "resumable"
 KEY_ENV = _settings.SIGNING_KEY.name
 EXIT_FAILURE = 1
 EXIT_NOT_FOUND = 66  # EX_NOINPUT: the run is not in the store
+LS_WORKERS = 16  # header reads in flight for `ls --check` (each a small ranged GET)
 # What `ls` and `show` read of an object: enough for the header of any object with up
 # to ~8000 frames; a longer header is read in a second request.
 HEAD_BYTES = 64 * 1024
@@ -110,7 +112,9 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
         return info
     info.kind = header.kind
     info.step, info.epoch = header.step, header.epoch
-    info.created = datetime.fromtimestamp(header.created, UTC).isoformat(timespec="seconds")
+    info.created = _iso_time(header.created)
+    if info.created is None:  # a damaged time field: verification fails on the checksum
+        info.problem = info.problem or f"created time {header.created!r} is out of range"
     info.serializer, info.signed = header.serializer, header.signed
     if not full:
         info.verified = None
@@ -123,6 +127,14 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     info.verified = True
     info.signature_checked = key is not None
     return info
+
+
+def _iso_time(created: float) -> str | None:
+    """The header's creation time as ISO 8601, or None when no date has it (damage)."""
+    try:
+        return datetime.fromtimestamp(created, UTC).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):  # NaN, infinities, year > 9999 or < 1
+        return None
 
 
 def _name_step(name: str) -> int | None:
@@ -181,29 +193,76 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 # -- commands -----------------------------------------------------------------------
 
 
+def _below(url: str, prefix: str) -> str:
+    """The store URL one folder down (before any ?options of an s3 URL)."""
+    base, q, query = url.partition("?")
+    return f"{base.rstrip('/')}/{prefix}" + (q + query if q else "")
+
+
+def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Runs (a first path component holding objects directly) and, separately, the
+    first components that only hold deeper keys: folders of runs, one level down."""
+    runs: dict[str, list[str]] = {}
+    deeper: set[str] = set()
+    for key in keys:
+        run_id, sep, name = key.partition("/")
+        if not sep or not name:
+            continue  # loose objects at the top belong to no run
+        if "/" in name:
+            deeper.add(run_id)
+        else:
+            runs.setdefault(run_id, []).append(name)
+    return runs, sorted(deeper - set(runs))
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    runs: dict[str, list[str]] = {}
-    # Runs are the first path component; loose objects at the top belong to no run.
-    for key in store.list(""):
-        run_id, sep, name = key.partition("/")
-        if sep and name:
-            runs.setdefault(run_id, []).append(name)
+    # One listing gives names, sizes and times (1,000 objects per S3 request); headers
+    # are read only with --check, or from stores whose listing has no sizes and times.
+    listed = store.list_info("") if isinstance(store, SupportsListInfo) else None
+    keys = [item.key for item in listed] if listed is not None else store.list("")
+    about = {item.key: item for item in listed or ()}
+    runs, folders = _group_runs(keys)
+    if not runs and folders:
+        shown = " or ".join(_below(store.url, f) for f in folders[:3])
+        more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
+        raise CliError(f"no runs in {store.url}, but folders of runs below it: did you mean "
+                       f"{shown}{more}? e.g. `{PROG} ls {_below(store.url, folders[0])}`",
+                       EXIT_CONFIG)
+    newest = {run_id: max((n for n in names if parse_ckpt_name(n) is not None), default=None)
+              for run_id, names in runs.items()}
+    read_headers = args.check or listed is None
+    headers: dict[str, ObjectInfo] = {}
+    if read_headers:
+        todo = [(r, n) for r, n in sorted(newest.items()) if n is not None]
+        with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
+            for (run_id, _), info in zip(todo, pool.map(
+                    lambda item: _inspect(store, item[0], item[1], None, full=False), todo),
+                    strict=True):
+                headers[run_id] = info
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
-        ckpts = sorted(n for n in names if parse_ckpt_name(n) is not None)
-        newest = _inspect(store, run_id, ckpts[-1], None, full=False) if ckpts else None
-        rows.append({
+        ckpt = newest[run_id]
+        row: dict[str, Any] = {
             "run_id": run_id,
-            "checkpoints": len(ckpts),
+            "checkpoints": sum(1 for n in names if parse_ckpt_name(n) is not None),
             # From the name, so a damaged newest checkpoint still shows where the run got.
-            "newest_step": _name_step(ckpts[-1]) if ckpts else None,
+            "newest_step": _name_step(ckpt) if ckpt else None,
             "attempts": sum(1 for n in names if n.startswith(EPOCH)),
             "complete": RESULT in names,
-            "newest_created": newest.created if newest else None,
-            "newest_bytes": newest.bytes if newest else None,
-            "newest_problem": newest.problem if newest else None,
-        })
+            "newest_created": None,
+            "newest_bytes": None,
+            "newest_problem": None,
+            "header_checked": read_headers and ckpt is not None,
+        }
+        if ckpt is not None and read_headers:
+            info = headers[run_id]
+            row.update(newest_created=info.created, newest_bytes=info.bytes,
+                       newest_problem=info.problem)
+        elif ckpt is not None:
+            item = about[f"{run_id}/{ckpt}"]
+            row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
+        rows.append(row)
     if args.json:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
         return 0
@@ -217,7 +276,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
           _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
-    print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's")
+    note = ("" if args.check or listed is None
+            else "; `ls --check` reads their headers too, `verify` checks a run fully")
+    print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's{note}")
     return 0
 
 
@@ -291,6 +352,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     for name in names:
         store.delete(f"{args.run_id}/{name}")
+    remove_temp = getattr(store, "remove_temp_files", None)
+    if remove_temp is not None:  # left by saves that were killed mid-write
+        remove_temp(f"{args.run_id}/")
     print(f"deleted {len(names)} object(s) of run {args.run_id} from {store.url}")
     return 0
 
@@ -315,14 +379,47 @@ def _key_arg(p: argparse.ArgumentParser) -> None:
                    help="environment variable holding the HMAC key (default: %(default)s)")
 
 
+def _looks_like_store(text: str) -> bool:
+    """A RUN_ID that cannot be one but reads as a store: the run id was left out.
+
+    Only invalid run ids qualify, so a valid one is never second-guessed (a folder of
+    that name in the working directory, say).
+    """
+    try:
+        validate_run_id(text, "RUN_ID")
+    except ResumableError:
+        return "://" in text or os.sep in text or "/" in text or os.path.isdir(text)
+    return False
+
+
+def _missing_run_id(command: str, store_text: str) -> CliError:
+    """`resumable show STORE` with the run id forgotten: say so, and name runs there."""
+    try:
+        store = open_store(store_text)
+        runs, folders = _group_runs(store.list(""))
+    except (ResumableError, OSError) as err:
+        return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID` ({err})",
+                        EXIT_CONFIG)
+    names = sorted(runs)
+    if names:
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
+                        f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
+    hint = (f"; runs are one level down, e.g. `{PROG} ls {_below(store_text, folders[0])}`"
+            if folders else f"; list its runs with `{PROG} ls {store_text}`")
+    return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
+                    f"store with no runs{hint}", EXIT_CONFIG)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
-        ("ls", "list the runs in a store, one row each (reads the newest checkpoint's "
-               "header, not the whole object; `verify` checks a run fully)", cmd_ls),
+        ("ls", "list the runs in a store, one row each, from one listing of the store "
+               "(--check also reads each run's newest header; `verify` checks a run "
+               "fully)", cmd_ls),
         ("show", "list a run's objects with their headers, reading only the headers; "
                  "--verify downloads and verifies every object too (nothing is unpickled)",
          cmd_show),
@@ -338,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("run_id", metavar="RUN_ID", help="the run (see `resumable ls`)")
         if name in ("ls", "show"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "ls":
+            p.add_argument("--check", action="store_true",
+                           help="also read the newest checkpoint's header of every run (in "
+                                "parallel) and mark damaged ones; without it AGE and SIZE "
+                                "come from the listing")
         if name == "show":
             p.add_argument("--verify", action="store_true",
                            help="download every object and verify it as `verify` does "
@@ -353,9 +455,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    store_given = args.store is not None
     if args.store is None:
         args.store = default_store_url()
     try:
+        run_id = getattr(args, "run_id", None)
+        if not store_given and run_id is not None and _looks_like_store(run_id):
+            raise _missing_run_id(args.command, run_id)
         code: int = args.func(args)
         return code
     except (CliError, ResumableError) as err:

@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+# Hang guards, not speed limits: a quick benchmark takes ~30 s on an idle 2-core
+# machine, and several times that beside other jobs (test_overhead_quick ran out of
+# 110 s with two CPU hogs running).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def run_quick(name: str, tmp_path: Path) -> dict:
@@ -24,7 +27,7 @@ def run_quick(name: str, tmp_path: Path) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
         [sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=110, cwd=tmp_path,
+        capture_output=True, text=True, env=env, timeout=840, cwd=tmp_path,
     )
     assert proc.returncode == 0, f"{name} --quick exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     assert "| " in proc.stdout, "no markdown table on stdout"
@@ -64,11 +67,22 @@ def test_resume_vs_restart_quick(tmp_path: Path) -> None:
         assert c["case"] in ("no_checkpoint", "checkpoint")
         assert c["failure"] in ("kill", "term")
         assert finite(c["wall_seconds_median"]) and finite(c["generations_median"])
+        restart = sum(cfg["failures_after"]) + cfg["generations"]
         if c["case"] == "no_checkpoint":
             # start over: every failing pod's generations plus a full run
-            assert c["generations_median"] == sum(cfg["failures_after"]) + cfg["generations"]
+            assert c["generations_median"] == restart
         else:
-            assert c["generations_median"] <= cfg["generations"] + len(cfg["failures_after"])
+            # What the code guarantees, whatever the machine's speed: a pod resumes from a
+            # checkpoint at or before its predecessor's last generation (SIGKILL may lose
+            # saves still uploading, and how many depends on timing), never from nothing
+            # worse than a restart; and a SIGTERM'd pod saves at least the generation it
+            # was told to stop at (a pod may finish one more before exiting, which the
+            # count leaves out). The 12-generation bound asserted here before held only
+            # when uploads kept up (it failed 1 in 2-3 runs on a loaded machine).
+            low = cfg["generations"] - len(cfg["failures_after"])
+            assert low <= c["generations_median"] <= restart
+            if c["failure"] == "term":
+                assert c["generations_median"] <= cfg["generations"] + len(cfg["failures_after"])
             assert c["same_result_as_no_checkpoint"] is True
             assert finite(c["wall_ratio_to_no_checkpoint"])
 
@@ -120,3 +134,14 @@ def test_per_generation_quick(tmp_path: Path) -> None:
         lo, hi = c["cost_us_iqr"]
         assert c["cost_us_min"] <= lo <= hi <= c["cost_us_max"]
     assert {"target_us"} <= set(cases["every=100"])
+
+
+@pytest.mark.s3
+def test_ls_scale_quick(tmp_path: Path) -> None:
+    doc = run_quick("ls_scale", tmp_path)
+    cases = {c["case"]: c for c in doc["cases"]}
+    assert set(cases) == {"listing", "check", "serial"}
+    for c in cases.values():
+        assert c["runs"] == doc["config"]["runs"] > 0
+        assert len(c["seconds"]) == doc["config"]["repeats"]
+        assert c["min_s"] <= c["median_s"] <= c["max_s"] and finite(c["median_s"])

@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -649,19 +650,27 @@ def test_sync_saves_with_a_failed_save_keep_every_array_distinct(
     assert latest.state["a"][0] == 3.0 and latest.state["b"][0] == -3.0
 
 
+@pytest.mark.parametrize("sync", [False, True])
 def test_last_state_is_saved_when_an_earlier_save_failed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: bool
 ) -> None:
-    """A save that failed for good stops the run, but the last yielded state is saved first."""
+    """A save that failed for good stops the run, but the last yielded state is saved first.
+
+    The save of step 1 fails (the body waits until it has been tried); the uploader
+    never lets a later success hide that failure, so the run
+    stops at a later submit or at once ($RESUMABLE_SYNC=1), with its last state saved.
+    """
     from resumable import StoreError
     from resumable.stores._local import LocalStore
 
+    monkeypatch.setenv("RESUMABLE_SYNC", "1" if sync else "0")
     failing = [True]
+    attempted = threading.Event()
 
     class FailsOnce(LocalStore):
         def put(self, key: str, data: Any) -> None:
-            # The first checkpoint written (which one depends on coalescing) fails.
             if "/ckpt-" in key and failing and failing.pop():
+                attempted.set()
                 raise StoreError("simulated failure", url=self.url, key=key)
             super().put(key, data)
 
@@ -672,12 +681,17 @@ def test_last_state_is_saved_when_an_earlier_save_failed(
         s = state or 0
         while s < 50:
             s += 1
+            if s == 2:  # the save of step 1 (not a later one) is the one that fails
+                assert attempted.wait(60)
             yielded.append(s)
-            time.sleep(0.005)
             yield s
 
     with pytest.raises(StoreError, match="simulated failure"):
         f()
+    if sync:
+        assert yielded == [1]  # stopped at the yield whose save failed
+    stopped = yielded[-1]
     latest = f.latest()
-    assert latest is not None and latest.step == yielded[-1]
+    assert latest is not None and latest.step == stopped  # saved again before the error left
     assert f() == 50  # and the run goes on from there
+    assert yielded[len(yielded) - (50 - stopped)] == stopped + 1

@@ -76,13 +76,18 @@ def test_sigkill_at_random_moments_resumes_to_the_reference(tmp_path: Path) -> N
     progress = []
     while kills < 12:
         proc = start_worker(store, generations, 0.02, "generation")
+        # Killed a random number of generations into its work (counted on its output,
+        # not a clock: on a loaded machine start-up alone can outlast any fixed sleep).
         assert proc.stdout is not None
-        proc.stdout.readline()  # "done N": past start-up, however loaded the machine is
-        time.sleep(schedule.uniform(0.0, 0.5))
+        target = schedule.randint(1, 12)
+        for line in proc.stdout:
+            if line.startswith("done") and int(line.split()[1]) >= sum(progress[-1:]) + target:
+                break
         if proc.poll() is not None:
             break
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+        proc.stdout.close()
         kills += 1
         latest = Run(open_store(store), "worker").load_latest(with_state=False)
         progress.append(0 if latest is None else latest.step)

@@ -8,11 +8,43 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from .. import _settings
 from .._errors import ConfigurationError
 from ._base import Payload, Store, SupportsHead, head_of, join_payload, payload_size
+
+
+class Listed(NamedTuple):
+    """One object of a listing, with what the listing says about it."""
+
+    key: str
+    size: int  # bytes
+    modified: float  # when the object was written (POSIX seconds)
+
+
+@runtime_checkable
+class SupportsListInfo(Protocol):
+    """An optional store method: a listing that also gives each object's size and time.
+
+    ``resumable ls`` builds its table from it alone (S3 lists 1,000 objects per request
+    with these fields), instead of reading the newest checkpoint's header of every run;
+    stores without it get their headers read, in parallel. The bundled ``file`` and
+    ``s3`` stores implement it.
+    """
+
+    def list_info(self, prefix: str) -> list[Listed]:
+        """The objects whose keys start with ``prefix``, ascending by key."""
+
+
+class SupportsRemoveTempFiles(Protocol):
+    """An optional store method: delete the leftovers of writes that never finished
+    (a killed save's temp files) under a run's prefix; returns how many. Called when
+    the run is claimed (older attempts are fenced) and by ``resumable rm``."""
+
+    def remove_temp_files(self, prefix: str) -> int: ...
+
 
 # scheme -> "module:factory" (imported lazily) or a factory taking the URL.
 _registry: dict[str, str | Callable[[str], Store]] = {
@@ -106,9 +138,12 @@ def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
 
 
 __all__ = [
+    "Listed",
     "Payload",
     "Store",
     "SupportsHead",
+    "SupportsListInfo",
+    "SupportsRemoveTempFiles",
     "default_store_url",
     "head_of",
     "join_payload",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -9,16 +10,37 @@ import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .._errors import StoreError
+from .._errors import ConfigurationError, StoreError
+from . import Listed
 from ._base import Payload
 
 TMP_PREFIX = ".tmp-"
+
+
+def _check_folder(root: Path, url: str) -> None:
+    """The store's folder, or the nearest of its parents that exists, must be a folder.
+
+    A regular file there would fail every write with NotADirectoryError, and every
+    listing would say "no runs"; it is a wrong setting, not a storage fault.
+    """
+    for path in (root, *root.parents):
+        try:
+            if path.is_dir():
+                return
+            if path.exists():
+                raise ConfigurationError(
+                    f"store {url}: {path} is a file, not a folder; point the store at a "
+                    "folder (it is created when missing), e.g. RESUMABLE_STORE=./checkpoints"
+                )
+        except OSError:  # unreadable parent: let the first real access report it
+            return
 
 
 class LocalStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.url = self.root.as_uri()
+        _check_folder(self.root, self.url)
 
     @classmethod
     def from_url(cls, url: str) -> LocalStore:
@@ -130,6 +152,19 @@ class LocalStore:
                     found.append(key)
         return sorted(found)
 
+    def list_info(self, prefix: str) -> builtins.list[Listed]:
+        """``list`` with each file's size and modification time (one stat each)."""
+        out = []
+        for key in self.list(prefix):
+            try:
+                st = os.stat(self._path(key))
+            except FileNotFoundError:  # deleted since the walk (retention)
+                continue
+            except OSError as err:
+                raise self._fail("listing", key, err) from err
+            out.append(Listed(key, st.st_size, st.st_mtime))
+        return out
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
@@ -138,6 +173,28 @@ class LocalStore:
             raise self._fail("deleting", key, err) from err
         with contextlib.suppress(OSError):  # drop the run's folder once it is empty
             path.parent.rmdir()
+
+    def remove_temp_files(self, prefix: str) -> int:
+        """Delete the temp files of unfinished writes under ``prefix`` (a run's folder).
+
+        A save killed between creating its temp file and the rename (SIGKILL, OOM) leaves
+        the file behind, invisible to ``list``. Call this only when no live writer of
+        those keys remains: after claiming the run (older attempts are fenced), or when
+        deleting it. Returns how many were removed.
+        """
+        folder = self._path(prefix.rpartition("/")[0]) if "/" in prefix else self.root
+        removed = 0
+        for dirpath, _dirnames, filenames in os.walk(folder):
+            for name in filenames:
+                if not name.startswith(TMP_PREFIX):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+        with contextlib.suppress(OSError):  # the run's folder, once nothing is left in it
+            if folder != self.root:
+                folder.rmdir()
+        return removed
 
     def conditional_writes(self) -> bool:
         return True

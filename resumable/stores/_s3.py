@@ -15,20 +15,24 @@ which ``capture_rng`` saves and restores. ``resumable._retry`` retries every req
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import http.client
 import logging
 import os
 import random
+import re
 import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from .._errors import ConfigurationError, StoreError
 from .._retry import error_code, retrying
+from . import Listed
 from ._base import Payload, payload_size
 
 try:
@@ -87,12 +91,30 @@ _URL_OPTIONS = {
     "checksums": str,
 }
 _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
+# What botocore accepts (legacy names allow capitals and underscores); anything else
+# fails every request with a parameter-validation error, so say so at once.
+_BUCKET = re.compile(r"^[a-zA-Z0-9.\-_]{1,255}$")
 
 _clients: dict[tuple[object, ...], Any] = {}
 _clients_lock = threading.Lock()
 # (client key, bucket) -> does the server enforce If-None-Match?
 _conditional: dict[tuple[object, ...], bool] = {}
 _conditional_lock = threading.Lock()
+# Clients are per process: a forked child (a fitness pool inside the body) that used
+# the parent's client would share its keep-alive sockets with its siblings and read
+# their responses, and would inherit locks other threads held at the fork.
+_fork_generation = 0
+
+
+def _forget_clients_after_fork() -> None:
+    global _clients_lock, _conditional_lock, _fork_generation
+    _clients.clear()
+    _clients_lock = threading.Lock()
+    _conditional_lock = threading.Lock()
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_forget_clients_after_fork)
 
 
 def _env_fingerprint() -> str:
@@ -137,12 +159,29 @@ def _get_client(
                 response_checksum_validation="when_required",
             )
             # A session per client: sessions are not thread-safe, clients are.
-            session = boto3.session.Session()
+            core = botocore.session.get_session()
+            # Listings carry a LastModified per object, which botocore parses with
+            # dateutil at ~0.3 ms each: most of the client's time listing 1,000 runs.
+            core.get_component("response_parser_factory").set_parser_defaults(
+                timestamp_parser=_parse_timestamp)
+            session = boto3.session.Session(botocore_session=core)
             client = session.client(
                 "s3", endpoint_url=endpoint_url, region_name=region, config=config
             )
             _clients[key] = client
     return client, key
+
+
+def _parse_timestamp(value: str) -> datetime:
+    """S3's ISO 8601 times (``2026-12-01T07:04:45.000Z``) fast; anything else as botocore."""
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if parsed.tzinfo is not None:
+            return parsed
+    except (ValueError, AttributeError, TypeError):
+        pass
+    result: datetime = botocore.utils.parse_timestamp(value)
+    return result
 
 
 def _byte_views(data: Payload) -> list[memoryview]:
@@ -234,6 +273,12 @@ class S3Store:
             raise ConfigurationError(f"store URL {url!r} must look like s3://bucket/prefix")
         self.url = url
         self.bucket = parts.netloc
+        if not _BUCKET.match(self.bucket):
+            raise ConfigurationError(
+                f"store URL {url!r}: {self.bucket!r} is not a valid bucket name; S3 bucket "
+                "names are 3-63 lowercase letters, digits, dots and hyphens, e.g. "
+                "s3://my-ga-runs/prefix"
+            )
         prefix = parts.path.strip("/")
         self.root = f"{prefix}/" if prefix else ""
         if addressing_style not in (None, "path", "virtual", "auto"):
@@ -264,7 +309,7 @@ class S3Store:
             self._extra["SSEKMSKeyId"] = sse_kms_key_id
         if storage_class:
             self._extra["StorageClass"] = storage_class
-        self._client, client_key = _get_client(
+        self._client_args = (
             endpoint_url,
             region,
             addressing_style,
@@ -274,7 +319,17 @@ class S3Store:
             max(2 * max_workers + 4, 10),
             checksums,
         )
+        self._own_client, client_key = _get_client(*self._client_args)
+        self._client_generation = _fork_generation
         self._conditional_key = (*client_key, self.bucket)
+
+    @property
+    def _client(self) -> Any:
+        """This process's boto3 client (a forked child makes its own on first use)."""
+        if self._client_generation != _fork_generation:
+            self._own_client = _get_client(*self._client_args)[0]
+            self._client_generation = _fork_generation
+        return self._own_client
 
     @classmethod
     def from_url(cls, url: str) -> S3Store:
@@ -646,7 +701,14 @@ class S3Store:
         return result
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        keys: list[str] = []
+        return [item.key for item in self._listing(prefix, start_after)]
+
+    def list_info(self, prefix: str) -> builtins.list[Listed]:
+        """``list`` with each object's size and LastModified, from the same requests."""
+        return self._listing(prefix, None)
+
+    def _listing(self, prefix: str, start_after: str | None) -> builtins.list[Listed]:
+        keys: builtins.list[Listed] = []
         token: str | None = None
         full_prefix = self.root + prefix
         while True:
@@ -659,17 +721,42 @@ class S3Store:
             for item in page.get("Contents", ()):
                 name: str = item["Key"]
                 if name.startswith(self.root):
-                    keys.append(name[len(self.root) :])
+                    modified = item.get("LastModified")
+                    keys.append(Listed(name[len(self.root) :], int(item.get("Size", 0)),
+                                       modified.timestamp() if modified else 0.0))
             token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
             if not token:
                 break
         keys.sort()  # S3 lists in byte order already; some compatible servers do not
         if start_after is not None:
-            keys = [k for k in keys if k > start_after]
+            keys = [k for k in keys if k.key > start_after]
         return keys
 
     def _lister(self, kwargs: dict[str, Any]) -> Callable[[], Any]:
         return lambda: self._client.list_objects_v2(**kwargs)
+
+    def remove_temp_files(self, prefix: str) -> int:
+        """Abort the incomplete multipart uploads under ``prefix`` (a run's folder).
+
+        A pod killed in the middle of a large save leaves its parts in the bucket,
+        invisible and billed. Called when a new attempt has claimed the run (older
+        attempts are fenced) and by ``resumable rm``. Best effort: a server without
+        ListMultipartUploads, or a failure here, leaves them to a lifecycle rule.
+        Returns how many uploads were aborted.
+        """
+        full_prefix = self.root + prefix
+        aborted = 0
+        try:
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=full_prefix)
+            for page in pages:
+                for upload in page.get("Uploads", ()):
+                    key = upload["Key"]
+                    self._abort(key[len(self.root):], key, upload["UploadId"])
+                    aborted += 1
+        except Exception as exc:  # cleanup must never fail a run
+            log.debug("%s: not aborting leftover uploads under %r: %s", self.url, prefix, exc)
+        return aborted
 
     def delete(self, key: str) -> None:
         full = self._key(key)
