@@ -170,7 +170,8 @@ class CheckpointedFunction(Generic[P, R]):
     def _run(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Run, inspect.BoundArguments]:
-        return self._open(self._identify(args, kwargs)[0]), self._bind(args, kwargs)
+        ident, bound = self._identify(args, kwargs)
+        return self._open(ident), bound
 
     def _open(self, ident: _identity.CallIdentity) -> Run:
         return Run(open_store(self._opts.store), ident.run_id, self._opts.serializer,

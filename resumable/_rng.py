@@ -18,6 +18,7 @@ on resume, at an in-process restart and from the fresh-start record.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import sys
@@ -50,10 +51,8 @@ def _attributes(obj: Any) -> list[tuple[str, Any]]:
     if isinstance(obj, (types.ModuleType, type, types.FunctionType)):
         return []
     found: list[tuple[str, Any]] = []
-    try:
+    with contextlib.suppress(TypeError):  # no __dict__
         found.extend(vars(obj).items())
-    except TypeError:
-        pass
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for name in (slots,) if isinstance(slots, str) else slots:

@@ -84,7 +84,7 @@ class _Encoder:
         if depth > _MAX_DEPTH:
             raise ConfigurationError(f"cannot derive a run id: {path} is nested more than "
                                      f"{_MAX_DEPTH} levels deep; pass run_id= or ignore=")
-        if isinstance(obj, _ATOMS) or isinstance(obj, enum.Enum):
+        if isinstance(obj, (*_ATOMS, enum.Enum)):
             _atom(obj, out)
             return
         key = id(obj)
@@ -200,7 +200,7 @@ class _Encoder:
         except Exception as err:
             self._fail(obj, path, f"cannot be pickled ({err})")
         if isinstance(rv, str):  # a module-level singleton, pickled by name
-            module = getattr(obj, "__module__", None) or pickle.whichmodule(obj, rv)
+            module = getattr(obj, "__module__", None) or pickle.whichmodule(obj, rv)  # type: ignore[attr-defined]
             out += f"global:{module}.{rv};".encode()
             return
         if not isinstance(rv, tuple) or len(rv) < 2:

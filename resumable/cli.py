@@ -88,7 +88,7 @@ def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, 
 
 
 def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
-             full: bool = True) -> ObjectInfo:
+             full: bool = True, small: dict[str, Any] | None = None) -> ObjectInfo:
     """The object's header fields; with ``full``, download it and verify it completely.
 
     Without ``full`` only the head of the object is read (``Store.head``), so listing a
@@ -104,6 +104,8 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     if found is None:  # deleted (retention of a live run) between the listing and now
         return ObjectInfo(name, kind, 0, problem="disappeared while reading")
     data, size = found
+    if small is not None and memoryview(data).nbytes == size:
+        small[name] = data  # the read covered the object (a small record): keep it
     info = ObjectInfo(name, kind, size)
     try:
         header = _format.read_header(data, size)
@@ -233,15 +235,13 @@ def _verified_text(info: ObjectInfo) -> str:
     return "yes"
 
 
-def _history(store: Store, run_id: str, names: list[str]) -> list[dict[str, Any]]:
+def _history(run_id: str, records: dict[str, Any]) -> list[dict[str, Any]]:
     """Each attempt's ``call-<epoch>`` record: when, from which step, with which ignored
     arguments (JSON, checksum-verified; nothing is unpickled)."""
     rows = []
-    for name in sorted(n for n in names if n.startswith(CALL)):
-        data = store.get(f"{run_id}/{name}")
+    for name in sorted(records):
+        data = records[name]
         try:
-            if data is None:
-                continue
             record = json.loads(bytes(_format.decode(data, kind="call",
                                                      name=f"{run_id}/{name}").frames[0]))
             rows.append({
@@ -280,8 +280,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     names = _require_run(store, args.run_id)
     key = _signing_key(args.signing_key_env) if args.verify else None
-    infos = [_inspect(store, args.run_id, n, key, full=args.verify) for n in names]
-    history = _history(store, args.run_id, names)
+    records: dict[str, Any] = {}
+    infos = [_inspect(store, args.run_id, n, key, full=args.verify,
+                      small=records if n.startswith(CALL) else None) for n in names]
+    history = _history(args.run_id, records)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
                           "objects": [asdict(i) for i in infos], "history": history},
