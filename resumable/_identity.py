@@ -118,7 +118,8 @@ def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
     source = "run id" if ident.fixed else "derived run id (a hash collision?)"
     raise RunMismatchError(
         f"run {ident.run_id!r} in {run.store.url} was started by another call; "
-        f"{', '.join(parts)} differ. This {source} belongs to that call: call it with the "
+        f"{', '.join(parts)} {'differs' if len(parts) == 1 else 'differ'}. This {source} "
+        "belongs to that call: call it with the "
         "same arguments, give this call another run id (run_id= or $RESUMABLE_RUN_ID), "
         f"or delete the run with `resumable rm {run.store.url} {ident.run_id}` to start "
         "it over",
