@@ -518,37 +518,35 @@ def test_show_prints_which_attempt_ran_with_which_ignored_values(tmp_path: Path)
 # -- RNG objects among the arguments ------------------------------------------------------
 
 
-class Walker:
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
+def walker_class(store: str, run_id: str | None, crash_at: int = 0) -> type:
+    class Walker:
+        def __init__(self, seed: int) -> None:
+            self.rng = np.random.default_rng(seed)
 
-    @checkpointed(store="memory://walker")
-    def walk(self, steps: int, crash_at: int = 0, *, state: Any = None) -> Any:
-        state = state or {"i": 0, "x": 0.0}
-        while state["i"] < steps:
-            state["x"] += self.rng.normal()
-            state["i"] += 1
-            if state["i"] == crash_at and not CRASHED:
-                CRASHED.append(1)
-                raise RuntimeError("crash")
-            yield state
-        return state["x"]
+        @checkpointed(store=store, run_id=run_id)
+        def walk(self, steps: int, *, state: Any = None) -> Any:
+            state = state or {"i": 0, "x": 0.0}
+            while state["i"] < steps:
+                state["x"] += self.rng.normal()
+                state["i"] += 1
+                if state["i"] == crash_at:
+                    raise RuntimeError("crash")
+                yield state
+            return state["x"]
+
+    return Walker
 
 
-CRASHED: list[int] = []
-
-
-def test_method_with_self_rng_resumes_bit_identical() -> None:
+@pytest.mark.parametrize("run_id", [None, "walker"])
+def test_method_with_self_rng_resumes_bit_identical(memory_url: str, run_id: str | None) -> None:
     """self.rng is captured with each checkpoint and restored in place on resume."""
-    from resumable.stores._memory import MemoryStore
-
-    MemoryStore("walker").clear()
-    CRASHED.clear()
-    reference = Walker(3).walk(10, 0)
-    MemoryStore("walker").clear()
+    reference = walker_class(f"{memory_url}-ref", run_id)(3).walk(10)
     with pytest.raises(RuntimeError):
-        Walker(3).walk(10, 6)
-    assert Walker(3).walk(10, 6) == reference  # a new instance, as in a new process
+        walker_class(memory_url, run_id, crash_at=6)(3).walk(10)
+    walker = walker_class(memory_url, run_id)  # as in a new process: a new class, instance
+    assert walker(3).walk(10) == reference
+    if run_id is None:
+        assert walker(3).walk.run_id(10) == walker(3).walk.run_id(10)
 
 
 def test_rng_objects_in_lists_dicts_and_random_random_are_restored(memory_url: str) -> None:
