@@ -145,6 +145,11 @@ class _Encoder:
             out += f"type:{_name(obj)};".encode()
         elif isinstance(obj, types.ModuleType):
             out += f"module:{obj.__name__};".encode()
+        elif (isinstance(obj, (types.BuiltinFunctionType, types.MethodType))
+              and _is_global_rng(obj.__self__)):
+            # random.random, np.random.normal: the module's function, not a state that
+            # differs in every process (the global RNGs are seeded from os.urandom)
+            out += f"global-rng:{type(obj.__self__).__module__}.{obj.__name__};".encode()
         elif isinstance(obj, types.FunctionType):
             self._function(obj, out, path, depth)
         elif isinstance(obj, types.MethodType):
@@ -291,6 +296,13 @@ def _const(const: Any, out: bytearray) -> None:
         out += b"ellipsis;"
     else:
         _atom(const, out)
+
+
+def _is_global_rng(obj: Any) -> bool:
+    if obj is getattr(random, "_inst", None):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and obj is getattr(np.random.mtrand, "_rand", None)
 
 
 def _rng_state(obj: Any) -> Any:

@@ -126,6 +126,12 @@ def test_classes_and_builtins_are_identified_by_name() -> None:
     assert rid(np.add) != rid(np.multiply)
     assert rid(np.sum) != rid(np.mean)
     assert rid(math) != rid(random)
+    # Functions of the global RNGs are names, not the global state (seeded per process).
+    before = rid(random.random, np.random.normal)
+    random.random()
+    np.random.normal()
+    assert rid(random.random, np.random.normal) == before
+    assert rid(random.random) != rid(random.gauss)
 
 
 def test_cycles_terminate_and_are_stable() -> None:
