@@ -461,7 +461,10 @@ def test_run_mismatch_exits_78(tmp_path: Path) -> None:
 # -- ignore=: extend a finished run ------------------------------------------------------
 
 
-def ga(entered: list[int], **options: Any) -> Any:
+def ga(entered: list[int], crashes: set[int] | None = None, **options: Any) -> Any:
+    """A GA-shaped run on the global RNGs; it raises once in each generation of ``crashes``."""
+    crashes = set() if crashes is None else crashes
+
     @checkpointed(**options)
     def evolve(pop: int, generations: int, *, state: Any = None) -> Any:
         entered.append(0 if state is None else state["generation"])
@@ -469,6 +472,9 @@ def ga(entered: list[int], **options: Any) -> Any:
             state = {"generation": 0, "x": np.zeros(pop), "trace": []}
         while state["generation"] < generations:
             state["x"] += np.random.normal(size=pop) + random.random()
+            if state["generation"] + 1 in crashes:
+                crashes.discard(state["generation"] + 1)
+                raise RuntimeError("crash")
             state["trace"].append(float(state["x"].sum()))
             state["generation"] += 1
             yield state
@@ -627,3 +633,45 @@ def test_the_identity_record_is_verified(memory_url: str) -> None:
                                              name="job-4/identity").frames[0]))
     assert set(record["arguments"]) == {"n", "step"}
     assert not any(n.startswith("ckpt-") and "identity" in n for n in names)
+
+
+@settings(max_examples=20)
+@given(first=st.integers(1, 12), then=st.integers(0, 12), crash=st.integers(0, 24))
+def test_any_extension_equals_the_uninterrupted_run(first: int, then: int, crash: int) -> None:
+    """Any run of N generations extended to N + M, with a crash anywhere in the
+    extension, returns the uninterrupted (N + M)-generation result, bit for bit."""
+    import uuid
+
+    total = first + then
+    random.seed(1)
+    np.random.seed(1)
+    reference = ga([], store=f"memory://ext-ref-{uuid.uuid4().hex}")(6, total)
+    entered: list[int] = []
+    store = f"memory://ext-{uuid.uuid4().hex}"
+    random.seed(1)
+    np.random.seed(1)
+    ga(entered, store=store, ignore=["generations"])(6, first)
+    crashes = {crash} if first < crash <= total else set()
+    evolve = ga(entered, crashes, store=store, ignore=["generations"])
+    random.seed(77)  # whatever the globals hold now, the checkpoint's RNG state wins
+    if crashes:
+        with pytest.raises(RuntimeError):
+            evolve(6, total)
+    assert evolve(6, total) == reference
+
+
+@settings(max_examples=20)
+@given(steps=st.integers(1, 12), crash=st.integers(1, 12), fixed=st.booleans())
+def test_self_rng_resumes_bit_identical_after_a_crash_anywhere(
+    steps: int, crash: int, fixed: bool
+) -> None:
+    """A method drawing from self.rng, crashed at any generation, resumes bit-identical."""
+    import uuid
+
+    store = f"memory://walk-{uuid.uuid4().hex}"
+    run_id = "w" if fixed else None
+    reference = walker_class(f"{store}-ref", run_id)(11).walk(steps)
+    if crash <= steps:
+        with pytest.raises(RuntimeError):
+            walker_class(store, run_id, crash_at=crash)(11).walk(steps)
+    assert walker_class(store, run_id)(11).walk(steps) == reference
