@@ -407,7 +407,7 @@ class _Execution:
                 log.info("run %s: no checkpoint yet; restored the RNG recorded at its fresh "
                          "start, so it replays identically", run.where())
             else:
-                run.write_rng_start(self._capture_rng())  # type: ignore[arg-type]
+                run.write_rng_start(_rng.capture(self.rng_objects))
         return None, 0, None
 
     def _restart_point(self, resumed: Checkpoint | None) -> tuple[Any, int]:

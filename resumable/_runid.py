@@ -55,6 +55,7 @@ def validate_run_id(run_id: str, source: str = "run_id") -> str:
 
 _MAX_DEPTH = 100
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
+_FAST = frozenset(_ATOMS)
 
 
 class _Encoder:
@@ -106,7 +107,10 @@ class _Encoder:
         elif isinstance(obj, (list, tuple)):
             out += f"{tag}:{len(obj)}[".encode()
             for i, item in enumerate(obj):
-                enc(item, out, f"{path}[{i}]", depth)
+                if type(item) in _FAST:  # skip building a path nobody reads
+                    _atom(item, out)
+                else:
+                    enc(item, out, f"{path}[{i}]", depth)
             out += b"]"
         elif isinstance(obj, _Attrs):
             items = sorted(self._sub(name, path, depth) + b"="
@@ -177,7 +181,10 @@ class _Encoder:
 
     def _sub(self, obj: Any, path: str, depth: int) -> bytes:
         buf = bytearray()
-        self._encode(obj, buf, path, depth)
+        if type(obj) in _FAST:
+            _atom(obj, buf)
+        else:
+            self._encode(obj, buf, path, depth)
         return bytes(buf)
 
     def _function(self, fn: types.FunctionType, out: bytearray, path: str, depth: int) -> None:
