@@ -252,16 +252,18 @@ class _Execution:
     """One call: resume or start, drive the body, save, restart, finish."""
 
     def __init__(self, fn: CheckpointedFunction[Any, Any], run: Run,
-                 bound: inspect.BoundArguments, ident: _identity.CallIdentity) -> None:
+                 bound: inspect.BoundArguments,
+                 ident: _identity.CallIdentity | None = None) -> None:
         self.fn = fn
         self.opts = fn._opts
         self.run = run
         self.bound = bound
-        self.ident = ident
+        arguments = {k: v for k, v in bound.arguments.items() if k != fn._opts.state_arg}
+        self.ident = ident or _identity.identify(  # a run opened by the caller: its id
+            fn._func, arguments, ignore=fn._opts.ignore, version=fn._opts.version,
+            run_id=run.run_id)
         # RNG objects among the arguments (self.rng, ...), restored in place: see _rng.
-        self.rng_objects = _rng.find(
-            {k: v for k, v in bound.arguments.items() if k != fn._opts.state_arg}
-        ) if fn._opts.capture_rng else []
+        self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
         self.in_body = False
         self.suspended = False
         self.terminate = False
