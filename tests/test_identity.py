@@ -675,3 +675,20 @@ def test_self_rng_resumes_bit_identical_after_a_crash_anywhere(
         with pytest.raises(RuntimeError):
             walker_class(store, run_id, crash_at=crash)(11).walk(steps)
     assert walker_class(store, run_id)(11).walk(steps) == reference
+
+
+def test_fixed_run_id_accepts_arguments_with_no_stable_value(memory_url: str) -> None:
+    """Under a fixed id such arguments still work (compared by type), as before."""
+
+    @checkpointed(store=memory_url, run_id="with-lock")
+    def f(lock: Any, n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    assert f(threading.Lock(), 3) == 3
+    assert f(threading.Lock(), 3) == 3  # another lock object: the same run
+    with pytest.raises(RunMismatchError, match="'lock'"):
+        f(threading.RLock(), 3)
