@@ -10,6 +10,7 @@ from ._errors import (
     ConfigurationError,
     FencedError,
     ResumableError,
+    RunMismatchError,
     SerializationError,
     StoreError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "FencedError",
     "KeepLast",
     "ResumableError",
+    "RunMismatchError",
     "SerializationError",
     "Serializer",
     "Store",

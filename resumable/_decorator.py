@@ -11,17 +11,17 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from . import _rng, _settings, _signals
+from . import _identity, _rng, _settings, _signals
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Progress
 from ._run import BufferPool, Checkpoint, Run, Snapshot
-from ._runid import resolve_run_id, validate_run_id
+from ._runid import validate_run_id
 from ._uploader import Uploader
 from .serializers import Serializer, get_serializer
 from .stores import Store, default_store_url, normalize_url, open_store
@@ -89,16 +89,28 @@ class CheckpointedFunction(Generic[P, R]):
         bound.apply_defaults()
         return bound
 
+    def _identify(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[_identity.CallIdentity, inspect.BoundArguments]:
+        bound = self._bind(args, kwargs)
+        arguments = {k: v for k, v in bound.arguments.items() if k != self._opts.state_arg}
+        opts = self._opts
+        return _identity.identify(self._func, arguments, ignore=opts.ignore,
+                                  version=opts.version, run_id=opts.run_id), bound
+
     def _run(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Run, inspect.BoundArguments]:
-        bound = self._bind(args, kwargs)
-        identity = {k: v for k, v in bound.arguments.items() if k != self._opts.state_arg}
-        run_id = resolve_run_id(self._opts.run_id, self._func, identity)
-        store = open_store(self._opts.store)
-        run = Run(store, run_id, self._opts.serializer, _signing_key(self._opts.signing_key),
-                  self._opts.keep)
-        return run, bound
+        ident, bound = self._identify(args, kwargs)
+        return self._open(ident), bound
+
+    def _open(self, ident: _identity.CallIdentity) -> Run:
+        return Run(open_store(self._opts.store), ident.run_id, self._opts.serializer,
+                   _signing_key(self._opts.signing_key), self._opts.keep)
+
+    def _execution(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Execution:
+        ident, bound = self._identify(args, kwargs)
+        return _Execution(self, self._open(ident), bound, ident)
 
     def run_id(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """The run id this call maps to."""
@@ -116,12 +128,10 @@ class CheckpointedFunction(Generic[P, R]):
 
     def iter(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Any]:
         """Run (or resume) and yield each newly produced state; empty for a completed run."""
-        run, bound = self._run(args, kwargs)
-        return _Execution(self, run, bound).states()
+        return self._execution(args, kwargs).states()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        run, bound = self._run(args, kwargs)
-        states = _Execution(self, run, bound).states()
+        states = self._execution(args, kwargs).states()
         while True:
             try:
                 next(states)
@@ -165,6 +175,8 @@ class _Options:
     capture_rng: bool
     progress: bool | int | str
     signing_key: bytes | str | None
+    version: str | int | None = None
+    ignore: tuple[str, ...] = ()
 
 
 _BIG = 1 << 20  # states whose copies are worth not doubling
@@ -194,11 +206,18 @@ class _Execution:
     """
 
     def __init__(self, fn: CheckpointedFunction[Any, Any], run: Run,
-                 bound: inspect.BoundArguments) -> None:
+                 bound: inspect.BoundArguments,
+                 ident: _identity.CallIdentity | None = None) -> None:
         self.fn = fn
         self.opts = fn._opts
         self.run = run
         self.bound = bound
+        arguments = {k: v for k, v in bound.arguments.items() if k != fn._opts.state_arg}
+        self.ident = ident or _identity.identify(  # a run opened by the caller: its id
+            fn._func, arguments, ignore=fn._opts.ignore, version=fn._opts.version,
+            run_id=run.run_id)
+        # RNG objects among the arguments (self.rng, ...), restored in place: see _rng.
+        self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
@@ -265,7 +284,7 @@ class _Execution:
             # The run ends after this save and waits for every save anyway: waiting first
             # lets the new snapshot reuse the previous one's buffers.
             self.uploader.wait_idle()
-        rng = _rng.capture() if self.opts.capture_rng else None
+        rng = self._capture_rng()
         if previous is not None and previous.step == self.submitted_step:
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
@@ -376,9 +395,12 @@ class _Execution:
         self.bound.arguments[self.opts.state_arg] = state
         return self.fn._func(*self.bound.args, **self.bound.kwargs)
 
+    def _capture_rng(self) -> _rng.RngState | None:
+        return _rng.capture(self.rng_objects) if self.opts.capture_rng else None
+
     def _restore_rng(self, saved: _rng.RngState | None) -> bool:
         if self.opts.capture_rng and saved is not None:
-            _rng.restore(saved)
+            _rng.restore(saved, self.rng_objects)
             return True
         return False
 
@@ -386,7 +408,9 @@ class _Execution:
         """Find where to begin: (state, step, checkpoint resumed from)."""
         run = self.run
         latest = run.claim_and_load()  # claim first: the older attempt stops pruning
+        _identity.record_attempt(run, self.ident, latest)
         if latest is not None:
+            _identity.warn_if_code_changed(run, self.ident, latest)
             self._restore_rng(latest.rng)
             return latest.state, latest.step, latest
         if self.opts.capture_rng:
@@ -394,7 +418,7 @@ class _Execution:
                 log.info("run %s: no checkpoint yet; restored the RNG recorded at its fresh "
                          "start, so it replays identically", run.where())
             else:
-                run.write_rng_start(_rng.capture())
+                run.write_rng_start(_rng.capture(self.rng_objects))
         return None, 0, None
 
     def _restart_point(self, resumed: Checkpoint | None) -> tuple[Any, int]:
@@ -431,8 +455,9 @@ class _Execution:
 
     def _drive(self) -> Generator[Any, None, Any]:
         run = self.run
+        _identity.check_call(run, self.ident, self.opts.ignore)
         found, value = run.load_result()
-        if found:
+        if found and _identity.result_applies(run, self.ident):
             log.info("run %s is complete; returning its stored result without running it",
                      run.where())
             return value
@@ -549,6 +574,8 @@ def checkpointed(
     capture_rng: bool = True,
     progress: bool | int | str = False,
     signing_key: bytes | str | None = None,
+    version: str | int | None = None,
+    ignore: Iterable[str] = (),
 ) -> Callable[[Callable[P, Generator[Any, None, R]]], CheckpointedFunction[P, R]]:
     """Make a generator function resumable: each yield is a checkpoint boundary.
 
@@ -577,7 +604,9 @@ def checkpointed(
                 every=every, store=store, serializer=serializer, keep=keep, run_id=run_id,
                 state_arg=state_arg, restarts=restarts, restart_on=restart_on,
                 capture_rng=capture_rng, progress=progress, signing_key=signing_key,
+                version=version, ignore=ignore,
             )
+            _identity.check_ignore(func, opts.ignore, state_arg)
         except ConfigurationError as err:
             raise ConfigurationError(f"@checkpointed on {name}: {err}") from err
         return CheckpointedFunction(func, opts)
@@ -619,7 +648,9 @@ def _validate(**o: Any) -> _Options:
     return _Options(every=policy, store=store, serializer=ser, keep=o["keep"],
                     run_id=o["run_id"], state_arg=state_arg, restarts=restarts,
                     restart_on=on, capture_rng=bool(o["capture_rng"]), progress=progress,
-                    signing_key=o["signing_key"])
+                    signing_key=o["signing_key"],
+                    version=_identity.check_version(o["version"]),
+                    ignore=_identity.ignore_names(o["ignore"]))
 
 
 __all__ = ["CheckpointedFunction", "checkpointed", "default_store_url"]

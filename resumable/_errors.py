@@ -25,6 +25,17 @@ class ConfigurationError(ResumableError, ValueError):
     exit_code = EXIT_CONFIG
 
 
+class RunMismatchError(ConfigurationError):
+    """A fixed run id (``run_id=``, ``$RESUMABLE_RUN_ID``) was called with other arguments.
+
+    ``differences`` names what differs (argument names, and ``version=``).
+    """
+
+    def __init__(self, message: str, *, differences: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.differences = differences
+
+
 class StoreError(ResumableError):
     """A storage operation failed for good (after retries, or at once for permanent errors)."""
 
@@ -73,6 +84,7 @@ __all__ = [
     "ConfigurationError",
     "FencedError",
     "ResumableError",
+    "RunMismatchError",
     "SerializationError",
     "StoreError",
 ]

@@ -8,6 +8,8 @@ Layout under ``<run_id>/``::
                                  resumed from (see Run.claim_and_load)
     result                       the completed run's return value
     rng-start                    the global RNG state at the fresh start
+    identity                     the call's fingerprint (one hash per argument), see _identity
+    call-<epoch:08>              what attempt <epoch> ran: ignored arguments, code hash
 
 Every object is in the verified format of ``_format``.
 """
@@ -51,6 +53,8 @@ CKPT = "ckpt-"
 EPOCH = "epoch-"
 RESULT = "result"
 RNG_START = "rng-start"
+IDENTITY = "identity"
+CALL = "call-"
 _RAW = "raw"  # serializer name for records that hold no user object
 MAX_EPOCH = 99_999_999  # the 8-digit field of the names; never overflowed
 RELISTS = 5  # listings tried when listed checkpoints vanish before they are read
@@ -173,6 +177,7 @@ class Run:
         self.signing_key = signing_key
         self.keep = keep
         self.epoch = 0
+        self.result_epoch = 0  # set by load_result
         self._known: list[str] = []  # checkpoint names of this run, ascending (for retention)
 
     # -- naming -----------------------------------------------------------------------
@@ -397,6 +402,7 @@ class Run:
             )
 
     def load_result(self) -> tuple[bool, Any]:
+        """(found, value); ``result_epoch`` is then the attempt that wrote it."""
         data = self.store.get(self.key(RESULT))
         if data is None:
             return False, None
@@ -409,6 +415,7 @@ class Run:
                 f"delete it with `resumable rm {self.store.url} {self.run_id}` to run again"
             ) from None
         self._check_serializer(RESULT, decoded.header.serializer)
+        self.result_epoch = decoded.header.epoch
         try:
             return True, loads_frames(self.serializer, decoded.frames)
         except Exception as err:
@@ -429,7 +436,29 @@ class Run:
                       self.where(RNG_START), err.reason)
             return None
 
+    def read_record(self, name: str, kind: str) -> dict[str, Any] | None:
+        """A small JSON record (identity, call-<epoch>), verified; None if absent or bad."""
+        data = self.store.get(self.key(name))
+        if data is None:
+            return None
+        try:
+            record = json.loads(bytes(self._decode(name, data, kind).frames[0]))
+        except (_format.InvalidObject, ValueError, IndexError) as err:
+            log.error("record %s is unreadable (%s); ignoring it", self.where(name),
+                      getattr(err, "reason", err))
+            return None
+        return record if isinstance(record, dict) else None
+
     # -- writing ----------------------------------------------------------------------
+
+    def write_record(self, name: str, kind: str, record: dict[str, Any], *,
+                     create_only: bool = False) -> bool:
+        """Write a JSON record in the verified format; False if ``create_only`` and present."""
+        payload = self._encode(name, [json.dumps(record, sort_keys=True).encode()], kind, _RAW)
+        if create_only:
+            return self.store.put_if_absent(self.key(name), payload)
+        self.store.put(self.key(name), payload)
+        return True
 
     def _encode(self, name: str, frames: list[Buffer], kind: str, serializer: str,
                 step: int = 0, created: float | None = None) -> list[Buffer]:

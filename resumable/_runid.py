@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import enum
+import functools
 import hashlib
 import math
+import pickle
+import random
 import re
 import struct
 import sys
+import types
 from collections.abc import Callable, Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _settings
 from ._errors import ConfigurationError
@@ -48,10 +53,202 @@ def validate_run_id(run_id: str, source: str = "run_id") -> str:
     return run_id
 
 
-def _encode(obj: Any, out: bytearray, depth: int = 0) -> None:
-    """A canonical byte encoding: equal values give equal bytes in every process."""
-    if depth > 100:
-        raise ConfigurationError("argument nesting too deep to derive a run id; pass run_id=")
+_MAX_DEPTH = 100
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
+_FAST = frozenset(_ATOMS)
+
+
+class _Encoder:
+    """A canonical byte encoding: equal values give equal bytes in every process.
+
+    Independent of ``hash()`` (sets and dicts are sorted by their encoded items) and of
+    memory addresses. Cycles become back-references to the enclosing level. ``path`` is
+    where a value sits in the call (``self.rng``, ``fitness.__closure__[0]``), for errors.
+    """
+
+    def __init__(self) -> None:
+        self._active: dict[int, int] = {}  # id of a container on the current path -> depth
+
+    def encode(self, obj: Any, path: str) -> bytes:
+        out = bytearray()
+        self._encode(obj, out, path, 0)
+        return bytes(out)
+
+    def _fail(self, obj: Any, path: str, why: str = "it has no stable value") -> NoReturn:
+        raise ConfigurationError(
+            f"cannot derive a run id: {path} is a {type(obj).__module__}."
+            f"{type(obj).__qualname__} and {why}; pass run_id= (or $RESUMABLE_RUN_ID) to "
+            "name the run yourself, or leave the argument out of the identity with ignore="
+        )
+
+    def _encode(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise ConfigurationError(f"cannot derive a run id: {path} is nested more than "
+                                     f"{_MAX_DEPTH} levels deep; pass run_id= or ignore=")
+        if isinstance(obj, (*_ATOMS, enum.Enum)):
+            _atom(obj, out)
+            return
+        key = id(obj)
+        if key in self._active:  # a cycle: refer to the level where obj started
+            out += f"ref:{self._active[key]};".encode()
+            return
+        self._active[key] = depth
+        try:
+            self._compound(obj, out, path, depth + 1)
+        finally:
+            del self._active[key]
+
+    def _compound(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
+        enc = self._encode
+        tag = type(obj).__qualname__
+        np = sys.modules.get("numpy")
+        if isinstance(obj, PurePath):
+            enc(("path", str(obj)), out, path, depth)
+        elif isinstance(obj, (list, tuple)):
+            out += f"{tag}:{len(obj)}[".encode()
+            for i, item in enumerate(obj):
+                if type(item) in _FAST:  # skip building a path nobody reads
+                    _atom(item, out)
+                else:
+                    enc(item, out, f"{path}[{i}]", depth)
+            out += b"]"
+        elif isinstance(obj, _Attrs):
+            items = sorted(self._sub(name, path, depth) + b"="
+                           + self._sub(value, f"{path}.{name}", depth)
+                           for name, value in obj.items())
+            out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
+        elif isinstance(obj, (set, frozenset)):
+            parts = sorted(self._sub(item, f"{path} item", depth) for item in obj)
+            out += f"set:{len(parts)}{{".encode() + b"".join(parts) + b"}"
+        elif isinstance(obj, Mapping):
+            items = sorted(self._sub(k, f"{path} key", depth) + b"="
+                           + self._sub(v, f"{path}[{k!r}]", depth) for k, v in obj.items())
+            out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            out += f"dc:{type(obj).__module__}.{tag}".encode()
+            enc(_Attrs({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}), out,
+                path, depth)
+        elif np is not None and isinstance(obj, np.ndarray):
+            if obj.dtype.hasobject:
+                if obj.dtype != object:
+                    self._fail(obj, path, "its structured dtype holds Python objects")
+                out += f"objarray:{obj.shape}[".encode()
+                for i, item in enumerate(obj.flat):
+                    enc(item, out, f"{path}.flat[{i}]", depth)
+                out += b"]"
+            else:
+                arr = np.ascontiguousarray(obj)
+                out += f"ndarray:{arr.dtype.str}:{arr.shape}:".encode() + arr.tobytes()
+        elif np is not None and isinstance(obj, np.generic):
+            enc(obj.item(), out, path, depth)
+        elif (state := _rng_state(obj)) is not None:
+            # RNGs are identified by their state: seeded alike is the same argument.
+            out += f"rng:{type(obj).__module__}.{tag}".encode()
+            enc(state, out, f"{path} state", depth)
+        elif isinstance(obj, type):
+            out += f"type:{_name(obj)};".encode()
+        elif isinstance(obj, types.ModuleType):
+            out += f"module:{obj.__name__};".encode()
+        elif (isinstance(obj, (types.BuiltinFunctionType, types.MethodType))
+              and _is_global_rng(obj.__self__)):
+            # random.random, np.random.normal: the module's function, not a state that
+            # differs in every process (the global RNGs are seeded from os.urandom)
+            out += f"global-rng:{type(obj.__self__).__module__}.{obj.__name__};".encode()
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj, out, path, depth)
+        elif isinstance(obj, types.MethodType):
+            out += b"method:"
+            enc(obj.__func__, out, f"{path}.__func__", depth)
+            enc(obj.__self__, out, f"{path}.__self__", depth)
+        elif isinstance(obj, functools.partial):
+            out += f"partial:{tag}:".encode()
+            enc(obj.func, out, f"{path}.func", depth)
+            enc(obj.args, out, f"{path}.args", depth)
+            enc(obj.keywords, out, f"{path}.keywords", depth)
+        elif isinstance(obj, types.CodeType):
+            _code(obj, out)
+        elif isinstance(obj, types.BuiltinFunctionType):
+            owner = obj.__self__
+            out += f"builtin:{_name(obj)};".encode()
+            if owner is not None and not isinstance(owner, types.ModuleType):
+                enc(owner, out, f"{path}.__self__", depth)
+        elif isinstance(obj, _DESCRIPTORS):
+            out += f"descriptor:{_name(obj.__objclass__)}.{obj.__name__};".encode()
+        elif type(obj) is object:
+            self._fail(obj, path, "a bare object() is only ever equal to itself")
+        else:
+            self._reduce(obj, out, path, depth)
+
+    def _sub(self, obj: Any, path: str, depth: int) -> bytes:
+        buf = bytearray()
+        if type(obj) in _FAST:
+            _atom(obj, buf)
+        else:
+            self._encode(obj, buf, path, depth)
+        return bytes(buf)
+
+    def _function(self, fn: types.FunctionType, out: bytearray, path: str, depth: int) -> None:
+        """Code (bytecode, constants, names; nested code too), defaults, closure cells."""
+        out += f"function:{fn.__module__}.{fn.__qualname__}:".encode()
+        _code(fn.__code__, out)
+        self._encode(fn.__defaults__, out, f"{path}.__defaults__", depth)
+        self._encode(fn.__kwdefaults__, out, f"{path}.__kwdefaults__", depth)
+        cells = fn.__closure__ or ()
+        out += f"closure:{len(cells)}[".encode()
+        for i, cell in enumerate(cells):
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell (a name assigned later in the outer scope)
+                out += b"empty;"
+                continue
+            self._encode(content, out, f"{path}.__closure__[{i}]", depth)
+        out += b"]"
+
+    def _reduce(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
+        """Any other object is identified the way pickle would rebuild it."""
+        try:
+            reducer = copyreg.dispatch_table.get(type(obj))
+            rv = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
+        except Exception as err:
+            self._fail(obj, path, f"cannot be pickled ({err})")
+        if isinstance(rv, str):  # a module-level singleton, pickled by name
+            module = getattr(obj, "__module__", None) or pickle.whichmodule(obj, rv)  # type: ignore[attr-defined]
+            out += f"global:{module}.{rv};".encode()
+            return
+        if not isinstance(rv, tuple) or len(rv) < 2:
+            self._fail(obj, path, f"its __reduce_ex__ returned {type(rv).__name__}")
+        rebuild, args, state, items, pairs = (*rv, None, None, None)[:5]
+        out += f"obj:{_name(rebuild)}(".encode()
+        self._encode(args, out, f"{path}.__reduce__()[1]", depth)
+        out += b")"
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            # (__dict__, slots): name each attribute in errors
+            state = {**(state[0] or {}), **state[1]}
+        if isinstance(state, dict) and all(isinstance(k, str) for k in state):
+            out += b"attrs"
+            self._encode(_Attrs(state), out, path, depth)
+        elif state is not None:
+            self._encode(state, out, f"{path}.__getstate__()", depth)
+        if items is not None:
+            self._encode(list(items), out, f"{path} item", depth)
+        if pairs is not None:
+            self._encode(dict(pairs), out, path, depth)
+
+
+class _Attrs(dict[str, Any]):
+    """An object's attributes: encoded as a mapping, with ``path.name`` in errors."""
+
+
+_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType,
+                types.ClassMethodDescriptorType, types.MethodWrapperType)
+
+
+def _name(obj: Any) -> str:
+    module = getattr(obj, "__module__", None) or "?"
+    return f"{module}.{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
+
+
+def _atom(obj: Any, out: bytearray) -> None:
     tag = type(obj).__qualname__
     if obj is None or isinstance(obj, bool):
         out += f"{tag}:{obj!r};".encode()
@@ -66,67 +263,123 @@ def _encode(obj: Any, out: bytearray, depth: int = 0) -> None:
     elif isinstance(obj, str):
         data = obj.encode("utf-8", "surrogatepass")
         out += f"str:{len(data)}:".encode() + data
-    elif isinstance(obj, (bytes, bytearray)):
-        out += f"bytes:{len(obj)}:".encode() + bytes(obj)
-    elif isinstance(obj, PurePath):
-        _encode(("path", str(obj)), out, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        out += f"{tag}:{len(obj)}[".encode()
-        for item in obj:
-            _encode(item, out, depth + 1)
-        out += b"]"
-    elif isinstance(obj, (set, frozenset)):
-        parts = []
-        for item in obj:
-            buf = bytearray()
-            _encode(item, buf, depth + 1)
-            parts.append(bytes(buf))
-        out += f"set:{len(parts)}{{".encode() + b"".join(sorted(parts)) + b"}"
-    elif isinstance(obj, Mapping):
-        items = []
-        for k, v in obj.items():
-            kb, vb = bytearray(), bytearray()
-            _encode(k, kb, depth + 1)
-            _encode(v, vb, depth + 1)
-            items.append(bytes(kb) + b"=" + bytes(vb))
-        out += f"map:{len(items)}{{".encode() + b"".join(sorted(items)) + b"}"
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out += f"dc:{type(obj).__module__}.{tag}".encode()
-        _encode({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, out, depth + 1)
-    elif "numpy" in sys.modules and isinstance(obj, sys.modules["numpy"].ndarray):
-        arr = sys.modules["numpy"].ascontiguousarray(obj)
-        out += f"ndarray:{arr.dtype.str}:{arr.shape}:".encode() + arr.tobytes()
-    elif "numpy" in sys.modules and isinstance(obj, sys.modules["numpy"].generic):
-        _encode(obj.item(), out, depth + 1)
-    elif callable(obj) and hasattr(obj, "__qualname__"):
-        out += f"callable:{getattr(obj, '__module__', '?')}.{obj.__qualname__};".encode()
-    elif hasattr(obj, "__dict__") and vars(obj):
-        # A plain object (e.g. `self` of a decorated method) is identified by its class and
-        # attributes; one whose attributes have no stable value still needs run_id=.
-        out += f"obj:{type(obj).__module__}.{tag}".encode()
-        _encode(vars(obj), out, depth + 1)
     else:
-        raise ConfigurationError(
-            f"cannot derive a run id from an argument of type {type(obj).__qualname__}: "
-            "it has no stable value; pass run_id= or $RESUMABLE_RUN_ID"
-        )
+        out += f"bytes:{len(obj)}:".encode() + bytes(obj)
 
 
-def derive_run_id(func: Callable[..., Any], arguments: Mapping[str, Any]) -> str:
-    """``<module>.<qualname>-<12 hex>`` from the bound arguments (state excluded)."""
+def _code(code: types.CodeType, out: bytearray) -> None:
+    """Bytecode, constants (nested code objects recursively), names and signature shape.
+
+    Bytecode differs between Python versions (3.11 -> 3.12), so does this encoding.
+    File names and line numbers are left out: moving a function does not change it.
+    """
+    out += (f"code:{code.co_argcount}:{code.co_posonlyargcount}:{code.co_kwonlyargcount}:"
+            f"{code.co_flags}:{len(code.co_code)}:").encode() + code.co_code
+    for names in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        out += b"|" + ",".join(names).encode()
+    out += f"consts:{len(code.co_consts)}[".encode()
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code(const, out)
+        else:
+            _const(const, out)
+    out += b"]"
+
+
+def _const(const: Any, out: bytearray) -> None:
+    if isinstance(const, (tuple, frozenset)):
+        parts = []
+        for item in const:
+            buf = bytearray()
+            if isinstance(item, types.CodeType):
+                _code(item, buf)
+            else:
+                _const(item, buf)
+            parts.append(bytes(buf))
+        if isinstance(const, frozenset):
+            parts.sort()
+        out += f"{type(const).__name__}:{len(parts)}[".encode() + b"".join(parts) + b"]"
+    elif const is Ellipsis:
+        out += b"ellipsis;"
+    else:
+        _atom(const, out)
+
+
+def _is_global_rng(obj: Any) -> bool:
+    if obj is getattr(random, "_inst", None):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and obj is getattr(np.random.mtrand, "_rand", None)
+
+
+def _rng_state(obj: Any) -> Any:
+    """The state of an RNG object (random.Random, numpy Generator/RandomState/BitGenerator)."""
+    if isinstance(obj, random.Random):
+        if isinstance(obj, random.SystemRandom):
+            return None
+        return obj.getstate()
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    if isinstance(obj, np.random.Generator):
+        return obj.bit_generator.state
+    if isinstance(obj, np.random.RandomState):
+        return obj.get_state(legacy=False)
+    if isinstance(obj, np.random.BitGenerator):
+        return obj.state
+    return None
+
+
+def encode_value(value: Any, path: str) -> bytes:
+    """The canonical encoding of one value; ``path`` names it in errors."""
+    return _Encoder().encode(value, path)
+
+
+def fingerprint(value: Any, path: str) -> str:
+    """A short hash of one value (one per argument in the run's identity record)."""
+    return hashlib.sha256(encode_value(value, path)).hexdigest()[:16]
+
+
+def code_fingerprint(func: Callable[..., Any]) -> str:
+    """A hash of a function's code (bytecode, constants, names), for the code-change warning."""
+    code = getattr(func, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return ""
     buf = bytearray()
-    _encode(dict(arguments), buf)
-    digest = hashlib.sha256(bytes(buf)).hexdigest()[:12]
+    _code(code, buf)
+    return hashlib.sha256(bytes(buf)).hexdigest()[:16]
+
+
+def encode_arguments(arguments: Mapping[str, Any]) -> dict[str, bytes]:
+    """Each argument's encoding; errors name the argument (``self.rng``, ``fitness...``)."""
+    return {name: encode_value(value, name) for name, value in arguments.items()}
+
+
+def derive_run_id(func: Callable[..., Any], arguments: Mapping[str, Any],
+                  version: str | int | None = None,
+                  encoded: Mapping[str, bytes] | None = None) -> str:
+    """``<module>.<qualname>-<12 hex>`` from the bound arguments (state excluded)."""
+    if encoded is None:
+        encoded = encode_arguments(arguments)
+    # The same bytes as encoding the dict of arguments as a whole (ids stay stable).
+    items = sorted(encode_value(k, "name") + b"=" + v for k, v in encoded.items())
+    buf = f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
+    if version is not None:
+        buf += b"version:" + encode_value(version, "version")
+    digest = hashlib.sha256(buf).hexdigest()[:12]
     name = _UNSAFE.sub("_", f"{func.__module__}.{func.__qualname__}").strip(".")
     return f"{name[: MAX_RUN_ID - 13]}-{digest}"
 
 
-def resolve_run_id(
-    explicit: str | None, func: Callable[..., Any], arguments: Mapping[str, Any]
-) -> str:
+def fixed_run_id(explicit: str | None) -> str | None:
+    """``run_id=``, else ``$RESUMABLE_RUN_ID``, else None (the id is derived)."""
     if explicit is not None:
         return validate_run_id(explicit)
-    env = _settings.RUN_ID.read()
-    if env is not None:
-        return env
-    return derive_run_id(func, arguments)
+    return _settings.RUN_ID.read()
+
+
+def resolve_run_id(
+    explicit: str | None, func: Callable[..., Any], arguments: Mapping[str, Any],
+    version: str | int | None = None,
+) -> str:
+    return fixed_run_id(explicit) or derive_run_id(func, arguments, version)

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
-from ._run import EPOCH, RESULT, RNG_START, parse_ckpt_name
+from ._run import CALL, EPOCH, IDENTITY, RESULT, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
 
@@ -49,7 +49,9 @@ def _kind_of(name: str) -> str:
         return "ckpt"
     if name.startswith(EPOCH):
         return "epoch"
-    return {RESULT: "result", RNG_START: "rng"}.get(name, "")
+    if name.startswith(CALL):
+        return "call"
+    return {RESULT: "result", RNG_START: "rng", IDENTITY: "identity"}.get(name, "")
 
 
 @dataclass
@@ -88,7 +90,7 @@ def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, 
 
 
 def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
-             full: bool = True) -> ObjectInfo:
+             full: bool = True, small: dict[str, Any] | None = None) -> ObjectInfo:
     """The object's header fields; with ``full``, download it and verify it completely.
 
     Without ``full`` only the head of the object is read (``Store.head``), so listing a
@@ -104,6 +106,8 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     if found is None:  # deleted (retention of a live run) between the listing and now
         return ObjectInfo(name, kind, 0, problem="disappeared while reading")
     data, size = found
+    if small is not None and memoryview(data).nbytes == size:
+        small[name] = data  # the read covered the object (a small record): keep it
     info = ObjectInfo(name, kind, size)
     try:
         header = _format.read_header(data, size)
@@ -292,14 +296,59 @@ def _verified_text(info: ObjectInfo) -> str:
     return "yes"
 
 
+def _history(run_id: str, records: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each attempt's ``call-<epoch>`` record: when, from which step, with which ignored
+    arguments (JSON, checksum-verified; nothing is unpickled)."""
+    rows = []
+    for name in sorted(records):
+        data = records[name]
+        try:
+            record = json.loads(bytes(_format.decode(data, kind="call",
+                                                     name=f"{run_id}/{name}").frames[0]))
+            rows.append({
+                "epoch": int(record["epoch"]),
+                "started": datetime.fromtimestamp(record["started"], UTC).isoformat(
+                    timespec="seconds"),
+                "resumed_from_step": record.get("resumed_from_step"),
+                "ignored": dict(record.get("shown") or {}),
+                "code": record.get("code") or None,
+            })
+        except (_format.InvalidObject, ValueError, KeyError, TypeError, IndexError) as err:
+            rows.append({"epoch": None, "object": name, "problem": str(err)})
+    return rows
+
+
+def _print_history(history: list[dict[str, Any]]) -> None:
+    if not history:
+        return
+    print("\nattempts, each with the ignored arguments it ran with:")
+    rows, code = [], None
+    for h in history:
+        if h.get("problem"):
+            rows.append([h["object"], "-", "-", f"unreadable: {h['problem']}"])
+            continue
+        changed = code is not None and h["code"] is not None and h["code"] != code
+        code = h["code"] or code
+        start = h["resumed_from_step"]
+        ignored = " ".join(f"{k}={v}" for k, v in sorted(h["ignored"].items())) or "-"
+        rows.append([h["epoch"], h["started"].replace("+00:00", ""),
+                     "fresh" if start is None else f"step {start}",
+                     ignored + ("  (code changed)" if changed else "")])
+    print(_table(["ATTEMPT", "STARTED (UTC)", "FROM", "IGNORED ARGUMENTS"], rows))
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     names = _require_run(store, args.run_id)
     key = _signing_key(args.signing_key_env) if args.verify else None
-    infos = [_inspect(store, args.run_id, n, key, full=args.verify) for n in names]
+    records: dict[str, Any] = {}
+    infos = [_inspect(store, args.run_id, n, key, full=args.verify,
+                      small=records if n.startswith(CALL) else None) for n in names]
+    history = _history(args.run_id, records)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
-                          "objects": [asdict(i) for i in infos]}, indent=2))
+                          "objects": [asdict(i) for i in infos], "history": history},
+                         indent=2))
         return 0
     print(f"run {args.run_id} in {store.url}")
     print(_table(
@@ -311,6 +360,7 @@ def cmd_show(args: argparse.Namespace) -> int:
           "-" if i.signed is None else ("yes" if i.signed else "no"), _verified_text(i)]
          for i in infos],
     ))
+    _print_history(history)
     return 0
 
 

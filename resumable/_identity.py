@@ -1,0 +1,198 @@
+"""What a call is: its run id, its fingerprint, and the checks that use them.
+
+A run's ``identity`` record holds one hash per identifying argument (and the function
+and ``version=``); a call under a fixed run id whose arguments differ is refused with
+``RunMismatchError`` before anything runs. Each attempt writes ``call-<epoch>``: the
+hash and a short display of its ignored arguments (``ignore=``) and of the function's
+code. The stored result counts only for a call whose ignored arguments equal those of
+the attempt that wrote it; otherwise the run is extended from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import ConfigurationError, RunMismatchError
+from ._run import CALL, IDENTITY, Checkpoint, Run
+from ._runid import code_fingerprint, derive_run_id, encode_arguments, encode_value, fixed_run_id
+
+log = logging.getLogger("resumable")
+
+_SHOWN = 60  # characters of an argument's repr kept in records (scalars only)
+
+
+@dataclass(frozen=True)
+class CallIdentity:
+    run_id: str
+    function: str
+    version: str | int | None
+    fixed: bool  # run_id= or $RESUMABLE_RUN_ID
+    arguments: dict[str, str]  # identifying argument -> hash
+    shown: dict[str, str]  # identifying argument -> short display
+    ignored: dict[str, str] = field(default_factory=dict)  # ignored argument -> hash
+    ignored_shown: dict[str, str] = field(default_factory=dict)
+    code: str = ""  # hash of the decorated function's code
+
+    def record(self) -> dict[str, Any]:
+        return {"function": self.function, "version": self.version,
+                "arguments": self.arguments, "shown": self.shown, "created": time.time()}
+
+
+def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
+             ignore: tuple[str, ...], version: str | int | None,
+             run_id: str | None) -> CallIdentity:
+    """The run id and fingerprint of a call (``arguments`` without the state)."""
+    identifying = {k: v for k, v in arguments.items() if k not in ignore}
+    fixed = fixed_run_id(run_id)
+    if fixed is None:
+        encoded = encode_arguments(identifying)  # no stable value: ConfigurationError
+        hashes = {k: _hash(v) for k, v in encoded.items()}
+        rid = derive_run_id(func, identifying, version, encoded)
+    else:
+        # A fixed id never needed the arguments' values: one without a stable value
+        # is compared by its type, as before, instead of failing.
+        hashes = {k: _lenient_hash(k, v) for k, v in identifying.items()}
+        rid = fixed
+    ignored = {k: v for k, v in arguments.items() if k in ignore}
+    return CallIdentity(
+        run_id=rid, function=f"{func.__module__}.{func.__qualname__}", version=version,
+        fixed=fixed is not None, arguments=hashes,
+        shown={k: _show(v) for k, v in identifying.items()},
+        ignored={k: _lenient_hash(k, v) for k, v in ignored.items()},
+        ignored_shown={k: _show(v) for k, v in ignored.items()},
+        code=code_fingerprint(func),
+    )
+
+
+def _hash(encoded: bytes) -> str:
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def _lenient_hash(name: str, value: Any) -> str:
+    try:
+        return _hash(encode_value(value, name))
+    except ConfigurationError:
+        return f"type:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _show(value: Any) -> str:
+    """A short display for records and messages: scalars only (no secrets in bulk)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str) and len(value) <= _SHOWN:
+        return repr(value)
+    return f"<{type(value).__qualname__}>"
+
+
+def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
+    """Record the run's identity on first use; refuse a call whose arguments differ."""
+    recorded = run.read_record(IDENTITY, "identity")
+    if recorded is None:
+        if run.write_record(IDENTITY, "identity", ident.record(), create_only=True):
+            return
+        recorded = run.read_record(IDENTITY, "identity")  # another attempt was first
+        if recorded is None:
+            return
+    theirs: dict[str, str] = recorded.get("arguments") or {}
+    shown: dict[str, str] = recorded.get("shown") or {}
+    names = sorted((set(theirs) | set(ident.arguments)) - set(ignore))
+    differ = [n for n in names if theirs.get(n) != ident.arguments.get(n)]
+    parts = [f"{n!r} ({shown.get(n, 'absent')} in the run, "
+             f"{ident.shown.get(n, 'absent')} in this call)" for n in differ]
+    if recorded.get("version") != ident.version:
+        differ.append("version=")
+        parts.append(f"version= ({recorded.get('version')!r} in the run, "
+                     f"{ident.version!r} in this call)")
+    if recorded.get("function", ident.function) != ident.function:
+        differ.insert(0, "function")
+        parts.insert(0, f"the function ({recorded.get('function')} in the run, "
+                        f"{ident.function} in this call)")
+    if not differ:
+        return
+    source = "run id" if ident.fixed else "derived run id (a hash collision?)"
+    raise RunMismatchError(
+        f"run {ident.run_id!r} in {run.store.url} was started by another call; "
+        f"{', '.join(parts)} {'differs' if len(parts) == 1 else 'differ'}. This {source} "
+        "belongs to that call: call it with the "
+        "same arguments, give this call another run id (run_id= or $RESUMABLE_RUN_ID), "
+        f"or delete the run with `resumable rm {run.store.url} {ident.run_id}` to start "
+        "it over",
+        differences=tuple(differ),
+    )
+
+
+def record_attempt(run: Run, ident: CallIdentity, resumed: Checkpoint | None) -> None:
+    """``call-<epoch>``: which ignored values and which code this attempt ran with."""
+    run.write_record(f"{CALL}{run.epoch:08d}", "call", {
+        "epoch": run.epoch, "started": time.time(), "function": ident.function,
+        "code": ident.code, "ignored": ident.ignored, "shown": ident.ignored_shown,
+        "resumed_from_step": resumed.step if resumed is not None else None,
+    })
+
+
+def result_applies(run: Run, ident: CallIdentity) -> bool:
+    """Whether the stored result answers this call: its ignored arguments are equal too."""
+    if not ident.ignored:
+        return True
+    wrote = run.read_record(f"{CALL}{run.result_epoch:08d}", "call")
+    if wrote is None:
+        return False  # unknown: extending the run from its last checkpoint is always right
+    theirs = wrote.get("ignored") or {}
+    if theirs == ident.ignored:
+        return True
+    before = wrote.get("shown") or {}
+    changes = ", ".join(f"{n}: {before.get(n, '?')} -> {ident.ignored_shown.get(n, '?')}"
+                        for n in sorted(ident.ignored) if theirs.get(n) != ident.ignored[n])
+    log.info("run %s is complete, but with other ignored arguments (%s): extending it from "
+             "its last checkpoint", run.where(), changes)
+    return False
+
+
+def warn_if_code_changed(run: Run, ident: CallIdentity, resumed: Checkpoint) -> None:
+    """One WARNING when the checkpoint was written by other code of the function."""
+    wrote = run.read_record(f"{CALL}{resumed.epoch:08d}", "call")
+    if wrote is None or not wrote.get("code") or not ident.code or wrote["code"] == ident.code:
+        return
+    log.warning(
+        "run %s: %s was written by different code of %s (its bytecode changed since, or "
+        "the Python version did); resuming it anyway. If the change is incompatible with "
+        "the saved state, pass version= to @checkpointed (e.g. version=2) to start a new "
+        "run", run.where(), resumed.key.rsplit("/", 1)[1], ident.function)
+
+
+def check_version(version: Any) -> str | int | None:
+    if version is None or (isinstance(version, (str, int)) and not isinstance(version, bool)):
+        return version
+    raise ConfigurationError(f"version must be a str or an int (e.g. version=2), got {version!r}")
+
+
+def ignore_names(ignore: Any) -> tuple[str, ...]:
+    names = (ignore,) if isinstance(ignore, str) else ignore
+    try:
+        names = tuple(names)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise ConfigurationError(
+            f"ignore must be a list of argument names (e.g. ignore=['generations']), "
+            f"got {ignore!r}")
+    return names
+
+
+def check_ignore(func: Callable[..., Any], ignore: tuple[str, ...], state_arg: str) -> None:
+    """ignore= names parameters of the function other than the state (at decoration)."""
+    params = [p for p in inspect.signature(func).parameters if p != state_arg]
+    unknown = [n for n in ignore if n not in params]
+    if unknown:
+        raise ConfigurationError(
+            f"ignore names {', '.join(map(repr, unknown))}, which "
+            f"{'is' if len(unknown) == 1 else 'are'} not "
+            f"{'the state' if unknown == [state_arg] else 'a parameter'}; the parameters "
+            f"are {', '.join(params) or 'none'}"
+        )

@@ -1,0 +1,694 @@
+"""Run identity: callables by code, RNGs by state, fixed ids checked, version=, ignore=."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import threading
+import types
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import resumable
+from resumable import ConfigurationError, RunMismatchError, checkpointed
+from resumable._errors import EXIT_CONFIG
+from resumable.stores import open_store
+
+
+@checkpointed(store="memory://identity-probe")
+def probe(*values: Any, state: Any = None) -> Generator[Any, None, Any]:
+    """Only its run id is used: the identity of ``values``."""
+    yield state
+
+
+def rid(*values: Any) -> str:
+    return probe.run_id(*values)
+
+
+# -- callables ----------------------------------------------------------------------------
+
+
+def make_adder(k: Any) -> Callable[[Any], Any]:
+    def add(x: Any) -> Any:
+        return x + k
+
+    return add
+
+
+class Scaler:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def scale(self, x: float) -> float:
+        return x * self.factor
+
+
+class Point:
+    __slots__ = ("x", "y")
+
+    def __init__(self, x: Any, y: Any) -> None:
+        self.x, self.y = x, y
+
+
+def power(x: float, p: float = 2.0, *, offset: float = 0.0) -> float:
+    return x**p + offset
+
+
+def test_closures_with_different_captured_values_are_different_runs() -> None:
+    """Two closures of one function that capture different values are two runs."""
+    assert rid(make_adder(1)) != rid(make_adder(2))
+    assert rid(make_adder(1)) == rid(make_adder(1))
+
+
+def test_bound_methods_of_two_instances_are_different_runs() -> None:
+    """A bound method is identified by its function and its __self__."""
+    assert rid(Scaler(2.0).scale) != rid(Scaler(3.0).scale)
+    assert rid(Scaler(2.0).scale) == rid(Scaler(2.0).scale)
+
+
+def test_partials_with_different_arguments_are_different_runs() -> None:
+    """functools.partial: func, args and keywords all count."""
+    assert rid(functools.partial(power, p=3)) != rid(functools.partial(power, p=4))
+    assert rid(functools.partial(power, 1.0)) != rid(functools.partial(power, 2.0))
+    assert rid(functools.partial(power, p=3)) == rid(functools.partial(power, p=3))
+
+
+def test_lambdas_are_identified_by_their_code() -> None:
+    """Lambdas with other code (or other constants) are other runs; equal ones are one."""
+    assert rid(lambda x: x + 1) != rid(lambda x: x + 2)
+    assert rid(lambda x: x * 2) != rid(lambda x: x - 2)
+    assert rid(lambda x: x + 1) == rid(lambda x: x + 1)
+    # Nested code objects count too.
+    assert rid(lambda: (lambda y: y + 1)) != rid(lambda: (lambda y: y + 5))
+
+
+def test_defaults_and_kwdefaults_count() -> None:
+    """A function's defaults and keyword-only defaults are part of its identity."""
+    def copy() -> Any:  # the same code, a separate function object
+        g = types.FunctionType(power.__code__, power.__globals__, "power", power.__defaults__)
+        g.__kwdefaults__ = power.__kwdefaults__
+        return g
+
+    assert rid(power) == rid(copy())
+    g = copy()
+    g.__defaults__ = (3.0,)
+    assert rid(power) != rid(g)
+    h = copy()
+    h.__kwdefaults__ = {"offset": 1.0}
+    assert rid(power) != rid(h)
+
+
+def test_objects_with_slots_are_identified_by_their_slots() -> None:
+    """An object with __slots__ (no __dict__) is identified by its slot values."""
+    assert rid(Point(1, 2)) == rid(Point(1, 2))
+    assert rid(Point(1, 2)) != rid(Point(1, 3))
+
+
+def test_classes_and_builtins_are_identified_by_name() -> None:
+    """Classes, builtins, modules and numpy ufuncs are identified by module and name."""
+    assert rid(Scaler) == rid(Scaler)
+    assert rid(Scaler) != rid(Point)
+    assert rid(len) != rid(abs)
+    assert rid(np.add) != rid(np.multiply)
+    assert rid(np.sum) != rid(np.mean)
+    assert rid(math) != rid(random)
+    # Functions of the global RNGs are names, not the global state (seeded per process).
+    before = rid(random.random, np.random.normal)
+    random.random()
+    np.random.normal()
+    assert rid(random.random, np.random.normal) == before
+    assert rid(random.random) != rid(random.gauss)
+
+
+def test_cycles_terminate_and_are_stable() -> None:
+    """A self-referencing list, dict or object encodes to a stable id."""
+    a: list[Any] = [1]
+    a.append(a)
+    b: list[Any] = [1]
+    b.append(b)
+    assert rid(a) == rid(b)
+    node = Scaler(1.0)
+    node.parent = node  # type: ignore[attr-defined]
+    assert rid(node) == rid(node)
+
+    def recurse(n: int) -> int:
+        return 0 if n == 0 else recurse(n - 1)
+
+    assert rid(recurse) == rid(recurse)
+
+
+def test_numpy_generators_are_identified_by_their_state() -> None:
+    """Generator, RandomState, BitGenerator and random.Random: their state is the value."""
+    assert rid(np.random.default_rng(1)) == rid(np.random.default_rng(1))
+    assert rid(np.random.default_rng(1)) != rid(np.random.default_rng(2))
+    assert rid(np.random.RandomState(1)) != rid(np.random.RandomState(2))
+    assert rid(np.random.PCG64(1)) != rid(np.random.PCG64(2))
+    assert rid(np.random.PCG64(1)) != rid(np.random.default_rng(1))
+    assert rid(random.Random(1)) != rid(random.Random(2))
+    assert rid(random.Random(1)) == rid(random.Random(1))
+
+
+def test_numpy_object_arrays_are_identified_by_their_elements() -> None:
+    """Object arrays encode their elements, not their pointers."""
+    a = np.array([{"k": 1}, "x", 2.5], dtype=object)
+    b = np.array([{"k": 1}, "x", 2.5], dtype=object)
+    assert rid(a) == rid(b)
+    assert rid(a) != rid(np.array([{"k": 2}, "x", 2.5], dtype=object))
+    assert rid(a) != rid(a.reshape(3, 1))
+
+
+def test_values_with_no_stable_value_name_their_path() -> None:
+    """What has no stable value raises ConfigurationError naming where it sits."""
+    lock = threading.Lock()
+
+    def fitness(x: float) -> float:
+        with lock:
+            return x
+
+    @checkpointed(store="memory://paths")
+    def evolve(fitness: Any, *, state: Any = None) -> Any:
+        yield state
+
+    with pytest.raises(ConfigurationError, match=r"fitness\.__closure__\[0\]") as err:
+        evolve.run_id(fitness)
+    assert "lock" in str(err.value) and "ignore=" in str(err.value)
+
+    class Model:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        @checkpointed(store="memory://paths")
+        def train(self, *, state: Any = None) -> Any:
+            yield state
+
+    with pytest.raises(ConfigurationError, match=r"self\.lock"):
+        Model().train.run_id()
+    with pytest.raises(ConfigurationError, match=r"values\[1\]\['k'\]"):
+        rid(1, {"k": (x for x in [])})
+
+
+def test_second_call_with_another_closure_does_not_return_the_first_result(
+    memory_url: str,
+) -> None:
+    """End to end: the stored result of one closure is not returned for another."""
+
+    @checkpointed(store=memory_url)
+    def apply(f: Callable[[int], int], n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return f(state)
+
+    assert apply(make_adder(10), 3) == 13
+    assert apply(make_adder(20), 3) == 23
+
+
+# -- Hypothesis: equal for equal, different for different, the same in every process -------
+
+scalars = (
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.binary(max_size=8)
+    | st.floats(allow_nan=False) | st.complex_numbers(allow_nan=False)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=4)
+        | st.frozensets(st.text(max_size=4) | st.integers(), max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def canonical(v: Any) -> Any:
+    """What the identity is meant to see: the type and the value (floats by their bits)."""
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, complex):
+        return ("complex", struct.pack("<dd", v.real, v.imag))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(canonical(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", frozenset((canonical(k), canonical(x)) for k, x in v.items()))
+    if isinstance(v, frozenset):
+        return ("set", frozenset(canonical(x) for x in v))
+    return (type(v).__name__, v)
+
+
+@given(values, values)
+def test_equal_values_share_a_run_and_different_values_do_not(a: Any, b: Any) -> None:
+    """Run ids are equal exactly when the values are (type and bits), closures included."""
+    same = canonical(a) == canonical(b)
+    assert (rid(a) == rid(b)) == same
+    assert (rid(make_adder(a)) == rid(make_adder(b))) == same
+    assert (rid(functools.partial(power, a)) == rid(functools.partial(power, b))) == same
+
+
+_SERVER = """
+import struct, sys
+import cloudpickle
+from resumable import checkpointed
+
+@checkpointed(store="memory://x")
+def probe(*values, state=None):
+    yield state
+
+for line in sys.stdin.buffer:
+    n = int(line)
+    value = cloudpickle.loads(sys.stdin.buffer.read(n))
+    sys.stdout.write(probe.run_id(*value) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+class IdServer:
+    """A Python process with its own PYTHONHASHSEED that answers run ids for pickled values."""
+
+    def __init__(self, seed: str, cwd: Path) -> None:
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, cwd=cwd)
+
+    def ask(self, blob: bytes) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"%d\n" % len(blob) + blob)
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().decode().strip()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def id_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[IdServer]]:
+    cwd = tmp_path_factory.mktemp("idservers")
+    servers = [IdServer(seed, cwd) for seed in ("0", "1", "4242")]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def sample_callables(v: Any) -> list[Any]:
+    return [make_adder(v), functools.partial(power, v), lambda x: (x, v),
+            Scaler(v).scale if isinstance(v, float) else v]
+
+
+@settings(max_examples=int(os.environ.get("RESUMABLE_IDENTITY_EXAMPLES", "25")))
+@given(values, st.sets(st.text(max_size=6), max_size=6))
+def test_run_ids_are_the_same_in_every_process_and_hash_seed(
+    id_servers: list[IdServer], v: Any, words: set[str]
+) -> None:
+    """Values (sets of strings, closures, partials, lambdas, methods) give one id everywhere."""
+    args = (v, words, sample_callables(v), np.array([v, words], dtype=object),
+            np.random.default_rng(7))
+    blob = cloudpickle.dumps(args)
+    answers = {s.ask(blob).rsplit("-", 1)[1] for s in id_servers}  # their probe is __main__'s
+    assert answers == {rid(*args).rsplit("-", 1)[1]}
+
+
+# -- version= and the code fingerprint --------------------------------------------------
+
+
+def test_version_is_part_of_the_identity() -> None:
+    """version= changes the derived run id; version=None keeps today's ids."""
+
+    def body(n: int, *, state: Any = None) -> Any:
+        yield state
+
+    plain = checkpointed()(body)
+    v1 = checkpointed(version=1)(body)
+    v2 = checkpointed(version="2")(body)
+    assert len({plain.run_id(3), v1.run_id(3), v2.run_id(3)}) == 3
+    assert checkpointed(version=1)(body).run_id(3) == v1.run_id(3)
+    assert checkpointed(version=None)(body).run_id(3) == plain.run_id(3)
+    for bad in (1.5, b"x", [1], True):
+        with pytest.raises(ConfigurationError, match="version"):
+            checkpointed(version=bad)(body)
+
+
+_CODE_V1 = """
+@checkpointed(store=STORE, run_id="code-change")
+def evolve(n, *, state=None):
+    state = state or 0
+    while state < n:
+        state += 1
+        if state == 3 and CRASH:
+            raise RuntimeError("crash")
+        yield state
+    return state
+"""
+_CODE_V2 = _CODE_V1.replace("state += 1", "state = state + 1")
+
+
+def _define(source: str, store: str, crash: bool) -> Any:
+    namespace: dict[str, Any] = {"__name__": "walk_module", "checkpointed": checkpointed,
+                                 "STORE": store, "CRASH": crash}
+    exec(source, namespace)
+    return namespace["evolve"]
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_resuming_a_checkpoint_of_other_code_warns_once(
+    memory_url: str, caplog: pytest.LogCaptureFixture, changed: bool
+) -> None:
+    """A resume from a checkpoint written by other code of the function logs one WARNING."""
+    with pytest.raises(RuntimeError):
+        _define(_CODE_V1, memory_url, crash=True)(6)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert _define(_CODE_V2 if changed else _CODE_V1, memory_url, crash=False)(6) == 6
+    warnings = [r.getMessage() for r in caplog.records if "version=" in r.getMessage()]
+    assert len(warnings) == (1 if changed else 0), warnings
+    if changed:
+        assert "walk_module.evolve" in warnings[0]
+
+
+# -- fixed run ids check the call ---------------------------------------------------------
+
+
+def counter(**options: Any) -> Any:
+    @checkpointed(**options)
+    def count(n: int, step: int = 1, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n * step:
+            state += step
+            yield state
+        return state
+
+    return count
+
+
+def test_fixed_run_id_with_other_arguments_raises_run_mismatch(memory_url: str) -> None:
+    """With run_id=, a call with other arguments fails at once, naming them."""
+    count = counter(store=memory_url, run_id="job-1")
+    assert count(4) == 4
+    with pytest.raises(RunMismatchError) as err:
+        count(5, 2)
+    message = str(err.value)
+    assert "'n'" in message and "'step'" in message and "job-1" in message
+    assert "resumable rm" in message and "run_id" in message
+    assert isinstance(err.value, ConfigurationError) and err.value.exit_code == EXIT_CONFIG
+    assert count(4) == 4  # the same call still finds its result
+
+
+def test_env_run_id_with_other_arguments_raises_before_resuming(
+    memory_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$RESUMABLE_RUN_ID: a mismatching call is refused even mid-run, before any body runs."""
+    monkeypatch.setenv("RESUMABLE_RUN_ID", "job-2")
+    entered = []
+
+    @checkpointed(store=memory_url)
+    def count(n: int, *, state: Any = None) -> Any:
+        entered.append(n)
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+            if state == 2 and len(entered) == 1:
+                raise RuntimeError("crash")
+        return state
+
+    with pytest.raises(RuntimeError):
+        count(5)
+    with pytest.raises(RunMismatchError, match="'n'"):
+        count(6)
+    assert entered == [5]
+    assert count(5) == 5
+
+
+def test_version_mismatch_under_a_fixed_run_id(memory_url: str) -> None:
+    """A fixed id resumed by a decorator with another version= is a mismatch too."""
+    counter(store=memory_url, run_id="job-3", version=1)(3)
+    with pytest.raises(RunMismatchError, match="version"):
+        counter(store=memory_url, run_id="job-3", version=2)(3)
+
+
+def test_run_mismatch_exits_78(tmp_path: Path) -> None:
+    """Uncaught in a script, RunMismatchError ends the process with exit code 78."""
+    script = (
+        "import sys\nfrom resumable import checkpointed\n"
+        "@checkpointed(store=sys.argv[1], run_id='job')\n"
+        "def f(n, *, state=None):\n    yield n\n"
+        "f(int(sys.argv[2]))\n"
+    )
+    store = str(tmp_path / "store")
+    subprocess.run([sys.executable, "-c", script, store, "1"], check=True)
+    proc = subprocess.run([sys.executable, "-c", script, store, "2"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 78, proc.stderr
+    assert "RunMismatchError" in proc.stderr
+    assert resumable.RunMismatchError is RunMismatchError
+
+
+# -- ignore=: extend a finished run ------------------------------------------------------
+
+
+def ga(entered: list[int], crashes: set[int] | None = None, **options: Any) -> Any:
+    """A GA-shaped run on the global RNGs; it raises once in each generation of ``crashes``."""
+    crashes = set() if crashes is None else crashes
+
+    @checkpointed(**options)
+    def evolve(pop: int, generations: int, *, state: Any = None) -> Any:
+        entered.append(0 if state is None else state["generation"])
+        if state is None:
+            state = {"generation": 0, "x": np.zeros(pop), "trace": []}
+        while state["generation"] < generations:
+            state["x"] += np.random.normal(size=pop) + random.random()
+            if state["generation"] + 1 in crashes:
+                crashes.discard(state["generation"] + 1)
+                raise RuntimeError("crash")
+            state["trace"].append(float(state["x"].sum()))
+            state["generation"] += 1
+            yield state
+        return state["trace"][-1]
+
+    return evolve
+
+
+def test_ignore_unknown_names_fail_at_decoration() -> None:
+    """ignore= names must be parameters of the function (and not the state)."""
+    with pytest.raises(ConfigurationError, match="generationz"):
+        ga([], ignore=["generationz"])
+    with pytest.raises(ConfigurationError, match="state"):
+        ga([], ignore=["state"])
+
+
+def test_extending_a_finished_run_resumes_it(memory_url: str, tmp_path: Path) -> None:
+    """ignore=["generations"]: 50 then 100 resumes from 50 and equals a 100-generation run."""
+    random.seed(5)
+    np.random.seed(5)
+    reference = ga([], store=str(tmp_path / "ref"))(20, 100)
+    entered: list[int] = []
+    evolve = ga(entered, store=memory_url, ignore=["generations"], keep=1)
+    random.seed(5)
+    np.random.seed(5)
+    first = evolve(20, 50)
+    assert evolve.run_id(20, 50) == evolve.run_id(20, 100)
+    assert evolve(20, 50) == first and entered == [0]  # same ignored values: stored result
+    random.seed(99)  # the RNG state comes from the checkpoint, not from here
+    assert evolve(20, 100) == reference
+    assert entered == [0, 50]
+    assert evolve(20, 100) == reference and entered == [0, 50]
+
+
+def test_show_prints_which_attempt_ran_with_which_ignored_values(tmp_path: Path) -> None:
+    """`resumable show` (and --json) lists each attempt with its ignored arguments."""
+    store = tmp_path / "store"
+    evolve = ga([], store=str(store), ignore=["generations"])
+    evolve(4, 5)
+    evolve(4, 8)
+    run_id = evolve.run_id(4, 5)
+    exe = Path(sys.executable).with_name("resumable")
+    out = subprocess.run([str(exe), "show", str(store), run_id], capture_output=True,
+                         text=True, check=True).stdout
+    assert "generations=5" in out and "generations=8" in out
+    data = json.loads(subprocess.run([str(exe), "show", str(store), run_id, "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    history = data["history"]
+    assert [h["ignored"] for h in history] == [{"generations": "5"}, {"generations": "8"}]
+    assert [h["epoch"] for h in history] == [1, 2]
+
+
+# -- RNG objects among the arguments ------------------------------------------------------
+
+
+def walker_class(store: str, run_id: str | None, crash_at: int = 0) -> type:
+    class Walker:
+        def __init__(self, seed: int) -> None:
+            self.rng = np.random.default_rng(seed)
+
+        @checkpointed(store=store, run_id=run_id)
+        def walk(self, steps: int, *, state: Any = None) -> Any:
+            state = state or {"i": 0, "x": 0.0}
+            while state["i"] < steps:
+                state["x"] += self.rng.normal()
+                state["i"] += 1
+                if state["i"] == crash_at:
+                    raise RuntimeError("crash")
+                yield state
+            return state["x"]
+
+    return Walker
+
+
+@pytest.mark.parametrize("run_id", [None, "walker"])
+def test_method_with_self_rng_resumes_bit_identical(memory_url: str, run_id: str | None) -> None:
+    """self.rng is captured with each checkpoint and restored in place on resume."""
+    reference = walker_class(f"{memory_url}-ref", run_id)(3).walk(10)
+    with pytest.raises(RuntimeError):
+        walker_class(memory_url, run_id, crash_at=6)(3).walk(10)
+    walker = walker_class(memory_url, run_id)  # as in a new process: a new class, instance
+    assert walker(3).walk(10) == reference
+    if run_id is None:
+        assert walker(3).walk.run_id(10) == walker(3).walk.run_id(10)
+
+
+def test_rng_objects_in_lists_dicts_and_random_random_are_restored(memory_url: str) -> None:
+    """random.Random, BitGenerator and RandomState in list/dict arguments are restored."""
+
+    def body(rngs: list[Any], named: dict[str, Any], crash: list[int], *,
+             state: Any = None) -> Any:
+        state = state or []
+        while len(state) < 6:
+            state.append((rngs[0].random(), float(rngs[1].random_raw()),
+                          named["legacy"].randint(10**6)))
+            if len(state) == 3 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state
+
+    def args() -> tuple[Any, Any]:
+        return ([random.Random(1), np.random.PCG64(2)],
+                {"legacy": np.random.RandomState(3)})
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(*args(), [])
+    f = checkpointed(store=memory_url, ignore=["crash"])(body)
+    with pytest.raises(RuntimeError):
+        f(*args(), [1])
+    assert f(*args(), []) == reference
+
+
+def test_rng_objects_restored_at_in_process_restart_and_from_the_start_record(
+    memory_url: str,
+) -> None:
+    """An ignored RNG argument is rewound at restarts and before the first yield."""
+
+    def body(n: int, rng: Any, crash: set[int], *, state: Any = None) -> Any:
+        state = state or []
+        while len(state) < n:
+            draw = float(rng.random())
+            if len(state) in crash:
+                crash.discard(len(state))
+                raise RuntimeError("crash")
+            state.append(draw)
+            yield state
+        return state
+
+    def make(suffix: str, restarts: int = 0) -> Any:
+        return checkpointed(store=f"{memory_url}-{suffix}", ignore=["rng", "crash"],
+                            restarts=restarts)(body)
+
+    reference = make("ref")(5, np.random.default_rng(8), set())
+    # Across calls: the same (advanced) generator object is rewound by the start record.
+    rng = np.random.default_rng(8)
+    with pytest.raises(RuntimeError):
+        make("start")(5, rng, {0})
+    assert make("start")(5, rng, set()) == reference
+    # In-process restarts, before the first yield and after later ones.
+    assert make("restart0", restarts=1)(5, np.random.default_rng(8), {0}) == reference
+    assert make("restart23", restarts=1)(5, np.random.default_rng(8), {2, 3}) == reference
+
+
+def test_the_identity_record_is_verified(memory_url: str) -> None:
+    """The call's fingerprint is a verified record under the run, not a checkpoint name."""
+    from resumable import _format
+
+    count = counter(store=memory_url, run_id="job-4")
+    count(2)
+    store = open_store(memory_url)
+    names = [k.split("/", 1)[1] for k in store.list("job-4/")]
+    assert "identity" in names
+    data = store.get("job-4/identity")
+    assert data is not None
+    record = json.loads(bytes(_format.decode(data, kind="identity",
+                                             name="job-4/identity").frames[0]))
+    assert set(record["arguments"]) == {"n", "step"}
+    assert not any(n.startswith("ckpt-") and "identity" in n for n in names)
+
+
+@settings(max_examples=20)
+@given(first=st.integers(1, 12), then=st.integers(0, 12), crash=st.integers(0, 24))
+def test_any_extension_equals_the_uninterrupted_run(first: int, then: int, crash: int) -> None:
+    """Any run of N generations extended to N + M, with a crash anywhere in the
+    extension, returns the uninterrupted (N + M)-generation result, bit for bit."""
+    import uuid
+
+    total = first + then
+    random.seed(1)
+    np.random.seed(1)
+    reference = ga([], store=f"memory://ext-ref-{uuid.uuid4().hex}")(6, total)
+    entered: list[int] = []
+    store = f"memory://ext-{uuid.uuid4().hex}"
+    random.seed(1)
+    np.random.seed(1)
+    ga(entered, store=store, ignore=["generations"])(6, first)
+    crashes = {crash} if first < crash <= total else set()
+    evolve = ga(entered, crashes, store=store, ignore=["generations"])
+    random.seed(77)  # whatever the globals hold now, the checkpoint's RNG state wins
+    if crashes:
+        with pytest.raises(RuntimeError):
+            evolve(6, total)
+    assert evolve(6, total) == reference
+
+
+@settings(max_examples=20)
+@given(steps=st.integers(1, 12), crash=st.integers(1, 12), fixed=st.booleans())
+def test_self_rng_resumes_bit_identical_after_a_crash_anywhere(
+    steps: int, crash: int, fixed: bool
+) -> None:
+    """A method drawing from self.rng, crashed at any generation, resumes bit-identical."""
+    import uuid
+
+    store = f"memory://walk-{uuid.uuid4().hex}"
+    run_id = "w" if fixed else None
+    reference = walker_class(f"{store}-ref", run_id)(11).walk(steps)
+    if crash <= steps:
+        with pytest.raises(RuntimeError):
+            walker_class(store, run_id, crash_at=crash)(11).walk(steps)
+    assert walker_class(store, run_id)(11).walk(steps) == reference
+
+
+def test_fixed_run_id_accepts_arguments_with_no_stable_value(memory_url: str) -> None:
+    """Under a fixed id such arguments still work (compared by type), as before."""
+
+    @checkpointed(store=memory_url, run_id="with-lock")
+    def f(lock: Any, n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    assert f(threading.Lock(), 3) == 3
+    assert f(threading.Lock(), 3) == 3  # another lock object: the same run
+    with pytest.raises(RunMismatchError, match="'lock'"):
+        f(threading.RLock(), 3)
