@@ -1,0 +1,32 @@
+"""How tests/data/v1-store was made, with format version 1 (commit 4e2f920, before v2).
+
+Re-running it after the format changed writes version-2 objects; it is kept as a record.
+"""
+import shutil, sys
+from pathlib import Path
+import numpy as np
+from resumable import checkpointed
+
+out = Path(sys.argv[1])
+shutil.rmtree(out, ignore_errors=True)
+
+class Stop(Exception):
+    pass
+
+@checkpointed(store=str(out), run_id="v1-run", keep=None, capture_rng=False)
+def grow(*, state=None):
+    if state is None:
+        state = {"generation": 0, "x": np.zeros(1001), "f": np.asfortranarray(np.ones((7, 5), dtype=np.int32))}
+    while True:
+        state["generation"] += 1
+        state["x"] = state["x"] + np.arange(1001) * 0.25
+        state["f"] *= 2
+        if state["generation"] == 3:
+            raise Stop
+        yield state
+
+try:
+    grow()
+except Stop:
+    pass
+print(sorted(p.name for p in (out / "v1-run").iterdir()))
