@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import _format, _rng
+from ._aligned import aligned_copy
 from ._errors import (
     CheckpointCorruptError,
     CheckpointTamperedError,
@@ -403,8 +404,10 @@ class Run:
                         pool=None if in_place else pool, in_place=in_place, size=size)
 
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
-        # Private copies: the snapshot's buffers go back to the pool and get overwritten.
-        views = [memoryview(bytearray(f)) for f in snap.frames]
+        # Private, aligned copies of the out-of-band buffers: the snapshot's go back to
+        # the pool and get overwritten. The pickle streams are only read.
+        views = [memoryview(f).cast("B") for f in snap.frames[:2]]
+        views += [aligned_copy(f) for f in snap.frames[2:]]
         return loads_frames(self.serializer, views[1:]), _rng_loads(views[0])
 
     def write_checkpoint(self, snap: Snapshot) -> str:

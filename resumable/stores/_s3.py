@@ -27,6 +27,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from .._aligned import aligned_buffer
 from .._errors import ConfigurationError, StoreError
 from .._retry import error_code, retrying
 from ._base import Payload, payload_size
@@ -549,32 +550,37 @@ class S3Store:
                 return _EMPTY  # ranges are invalid on empty objects only
             raise
 
-    def _get_once(self, key: str, full: str) -> bytes | bytearray | None:
+    def _get_once(self, key: str, full: str) -> memoryview | None:
         first = self.part_size
 
-        def head_chunk() -> tuple[bytes, int | None, str | None] | None:
+        def head_chunk() -> tuple[memoryview, int, int, str | None] | None:
+            """(buffer for the whole object, bytes in it so far, total size, ETag)."""
             response = self._get_prefix(full, first)
             if response is None:
                 return None
             if response is _EMPTY:
-                whole = self._client.get_object(Bucket=self.bucket, Key=full)
-                return bytes(whole["Body"].read()), None, whole.get("ETag")
-            chunk = bytearray(int(response["ContentLength"]))
-            _read_exactly(response["Body"], memoryview(chunk))
-            return bytes(chunk), _range_total(response), response.get("ETag")
+                response = self._client.get_object(Bucket=self.bucket, Key=full)
+            length = int(response["ContentLength"])
+            # No ContentRange: the server sent the whole object (an empty one, or a
+            # server that ignored the Range header).
+            total = _range_total(response) if response.get("ContentRange") else length
+            if total is None or total < length:
+                total = length
+            # The whole object goes into one 64-byte aligned buffer (see _aligned), so
+            # the frames the format aligns in the object are aligned in memory as well.
+            buffer = aligned_buffer(total)
+            _read_exactly(response["Body"], buffer[:length])
+            return buffer, length, total, response.get("ETag")
 
-        found: tuple[bytes, int | None, str | None] | None = self._call("get", key, head_chunk)
+        found: tuple[memoryview, int, int, str | None] | None = self._call("get", key, head_chunk)
         if found is None:
             return None
-        chunk, total, etag = found
-        if total is None or total <= len(chunk):
-            return chunk  # small object, or a server that ignored the Range header
-        buffer = bytearray(total)
-        view = memoryview(buffer)
-        view[: len(chunk)] = chunk
+        view, got, total, etag = found
+        if total <= got:
+            return view
         ranges = [
             (start, min(start + self.part_size, total))
-            for start in range(len(chunk), total, self.part_size)
+            for start in range(got, total, self.part_size)
         ]
 
         def fetch(start: int, stop: int) -> None:
@@ -607,7 +613,7 @@ class S3Store:
                     raise future.exception()  # type: ignore[misc]
             for future in futures:
                 future.result()
-        return buffer
+        return view
 
     def head(self, key: str, n: int) -> tuple[bytes, int] | None:
         """The first ``n`` bytes and the total size in one ranged GET (the CLI's headers)."""

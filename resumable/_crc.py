@@ -1,0 +1,77 @@
+"""CRC32C (Castagnoli), the checksum of unsigned objects and of S3's ``ChecksumCRC32C``.
+
+The ``crc32c`` package computes it with the CPU's CRC instructions (about 15 GB/s here,
+the GIL released), several times faster than zlib's CRC32, on any buffer: bytes,
+bytearray, memoryview slices, mmap. ``google-crc32c`` is as fast but takes ``bytes``
+only (a memoryview or bytearray is refused), which would cost a copy of every frame;
+it is used, with that copy, only where ``crc32c`` is not installed. ``combine`` joins
+two CRCs without reading the data again: the format hashes the payload once and
+derives from that both the header's checksum and the whole object's (for S3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .stores._base import Buffer
+
+_POLY = 0x82F63B78  # reflected Castagnoli polynomial
+
+_extend: Callable[[int, Buffer], int]
+try:
+    from crc32c import crc32c as _crc32c
+
+    def _extend(crc: int, data: Buffer) -> int:
+        return _crc32c(data, crc)
+
+except ImportError:  # pragma: no cover - crc32c is a dependency
+    import google_crc32c
+
+    def _extend(crc: int, data: Buffer) -> int:
+        return int(google_crc32c.extend(crc, bytes(data)))
+
+
+def extend(crc: int, data: Buffer) -> int:
+    """The CRC32C of the bytes hashed into ``crc`` followed by ``data``."""
+    return _extend(crc, data)
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the polynomial, in reflected bit order (as zlib's crc32_combine)."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if not a & (m - 1):
+                break
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _powers() -> list[int]:
+    table = [1 << 30]  # x^1
+    for _ in range(31):
+        table.append(_multmodp(table[-1], table[-1]))  # x^(2^k)
+    return table
+
+
+_X2N = _powers()
+
+
+def _x8n(n: int) -> int:
+    """x^(8n) modulo the polynomial: the effect of appending n bytes on a CRC."""
+    p = 1 << 31  # x^0
+    k = 3
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return p
+
+
+def combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC32C of A + B from crc(A), crc(B) and len(B)."""
+    return _multmodp(_x8n(len2), crc1) ^ crc2
