@@ -8,6 +8,7 @@ enough (2 Mi float64) for that difference to show.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,41 @@ def test_every_store_gives_back_aligned_memory(store_url: str, size: int) -> Non
     assert not view.readonly
     if size:
         assert np.frombuffer(got, dtype=np.uint8).ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("server_name", ["moto", "rclone"])
+def test_s3_put_carries_the_formats_crc32c_and_no_other_hash(
+    server_name: str, request: pytest.FixtureRequest, s3_env: Callable[..., Any]
+) -> None:
+    """A single PUT sends the CRC32C computed at encoding; no SHA-256 or CRC32 of its own."""
+    import crc32c
+
+    from resumable._format import decode, encode
+
+    server = request.getfixturevalue(f"{server_name}_server")
+    s3_env(server)
+    store = open_store(server.new_store_url())
+    sent: list[dict[str, str]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        if request.method == "PUT":
+            sent.append({k.lower(): v.decode() if isinstance(v, bytes) else v
+                         for k, v in request.headers.items()})
+
+    events = store._client.meta.events  # type: ignore[attr-defined]
+    events.register("before-send.s3.PutObject", record)
+    try:
+        payload = encode([b"rng", b"state", reference()[:1000]], kind="ckpt",
+                         serializer="pickle", step=1, created=1.0, name="run/ckpt")
+        store.put("run/ckpt", payload)
+    finally:
+        events.unregister("before-send.s3.PutObject", record)
+    blob = b"".join(bytes(p) for p in payload)
+    headers = sent[-1]
+    assert payload.crc32c == crc32c.crc32c(blob)
+    assert headers["x-amz-checksum-crc32c"] == base64.b64encode(
+        crc32c.crc32c(blob).to_bytes(4, "big")).decode()
+    assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"
+    assert not [k for k in headers if k.startswith("x-amz-checksum-") and k.endswith("crc32")]
+    got = store.get("run/ckpt")
+    assert got is not None and decode(got, name="run/ckpt").header.step == 1

@@ -15,6 +15,7 @@ which ``capture_rng`` saves and restores. ``resumable._retry`` retries every req
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import logging
@@ -129,9 +130,10 @@ def _get_client(
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
                 max_pool_connections=pool,
-                s3={"addressing_style": addressing_style} if addressing_style else None,  # type: ignore[arg-type]
-                # CRC32 on every upload where the operation supports it.
-                request_checksum_calculation="when_supported" if checksums else "when_required",
+                s3=_s3_options(addressing_style, checksums),  # type: ignore[arg-type]
+                # The store asks for upload checksums itself: a single PutObject carries
+                # the CRC32C the format computed (no second pass), parts a CRC32.
+                request_checksum_calculation="when_required",
                 # Ranged GETs carry the whole object's checksum on some servers (rclone),
                 # which botocore would check against the range; our own header checksum
                 # covers the whole payload on load instead.
@@ -144,6 +146,22 @@ def _get_client(
             )
             _clients[key] = client
     return client, key
+
+
+def _s3_options(addressing_style: str | None, checksums: bool) -> dict[str, Any] | None:
+    options: dict[str, Any] = {}
+    if addressing_style:
+        options["addressing_style"] = addressing_style
+    if checksums:
+        # SigV4 would hash every uploaded byte with SHA-256 on http endpoints; the
+        # checksum header (itself signed) covers the body instead.
+        options["payload_signing_enabled"] = False
+    return options or None
+
+
+def _crc32c_header(crc: int) -> str:
+    """S3's ChecksumCRC32C: the big-endian CRC, base64."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode()
 
 
 def _byte_views(data: Payload) -> list[memoryview]:
@@ -334,6 +352,15 @@ class S3Store:
         body = b"".join(_byte_views(data))  # small: one copy is cheaper than a reader
         ambiguous = False
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": body, **self._extra}
+        if self.checksums:
+            # The object's CRC32C from its encoding (one pass over the bytes): S3 checks
+            # the body against it, end to end. Payloads without one (signed objects, whose
+            # digest is SHA-256) get a CRC32 that botocore computes.
+            crc = getattr(data, "crc32c", None)
+            if isinstance(crc, int):
+                kwargs["ChecksumCRC32C"] = _crc32c_header(crc)
+            else:
+                kwargs["ChecksumAlgorithm"] = "CRC32"
         if if_absent:
             kwargs["IfNoneMatch"] = "*"
 
