@@ -95,3 +95,11 @@ def test_s3_throughput_quick(tmp_path: Path) -> None:
         assert c["verified"] is True
     s = doc["summary"]
     assert finite(s["save_ratio_to_raw"]) and finite(s["load_ratio_to_raw"])
+
+
+def test_resume_speed_quick(tmp_path: Path) -> None:
+    doc = run_quick("resume_speed", tmp_path)
+    for case in doc["cases"]:
+        for which in ("resumable", "joblib"):
+            assert finite(case[which]["median"]) and case[which]["min"] <= case[which]["max"]
+        assert finite(case["ratio"]) and case["target"] == 1.2
