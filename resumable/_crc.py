@@ -11,7 +11,8 @@ derives from that both the header's checksum and the whole object's (for S3).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterable
 
 from .stores._base import Buffer
 
@@ -60,6 +61,7 @@ def _powers() -> list[int]:
 _X2N = _powers()
 
 
+@functools.lru_cache(maxsize=64)
 def _x8n(n: int) -> int:
     """x^(8n) modulo the polynomial: the effect of appending n bytes on a CRC."""
     p = 1 << 31  # x^0
@@ -75,3 +77,11 @@ def _x8n(n: int) -> int:
 def combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC32C of A + B from crc(A), crc(B) and len(B)."""
     return _multmodp(_x8n(len2), crc1) ^ crc2
+
+
+def join(pieces: Iterable[tuple[int, int]]) -> int:
+    """The CRC32C of consecutive pieces given as (crc, length) pairs."""
+    crc = 0
+    for piece_crc, length in pieces:
+        crc = combine(crc, piece_crc, length)
+    return crc

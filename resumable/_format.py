@@ -55,6 +55,7 @@ _ZERO32 = bytes(32)
 _PADDING = memoryview(bytes(ALIGN))
 MAX_HEADER = 1 << 20
 MAX_FRAMES = 1 << 16
+CRC_BLOCK = 1 << 20  # granularity of Encoded.crc32c_blocks
 
 
 def _pad(n: int) -> int:
@@ -101,15 +102,19 @@ class Decoded:
 
 
 class Encoded(list[Buffer]):
-    """An object's buffers in order, and the CRC32C of their concatenation.
+    """An object's buffers in order (the header first), with CRC32Cs of their bytes.
 
-    ``crc32c`` is None for signed objects (their digest is SHA-256). A store that can
-    hand it to the storage (S3's ``ChecksumCRC32C``) lets the storage verify what it
-    received against the checksum computed when the object was encoded, with no
-    second pass over the bytes.
+    ``crc32c`` is the CRC32C of the whole object; ``crc32c_blocks`` the CRC32C of each
+    ``CRC_BLOCK`` bytes of the payload (the object after the header; the last block may
+    be shorter). Both are None for signed objects (their digest is SHA-256). A store
+    that can hand them to the storage (S3's ``ChecksumCRC32C`` of an object or of a
+    part made of whole blocks) lets the storage verify what it received against the
+    checksum computed when the object was encoded, with no second pass over the bytes.
     """
 
     crc32c: int | None = None
+    crc32c_blocks: tuple[int, ...] | None = None
+    crc32c_block_size = CRC_BLOCK
 
 
 def _mac(key: bytes, header: bytes | bytearray) -> bytes:
@@ -185,22 +190,42 @@ def encode(
         + tail
         + bytes(header_len - table_end)
     )
-    whole: int | None = None
+    out = Encoded([bytes(header), *payload])
     if key:
         header[_DIGEST_AT:_MAC_AT] = _sha256(header, payload)
         header[_MAC_AT : _FIXED.size] = _mac(key, header)
     else:
-        # One pass over the payload gives both CRCs: the digest's (header zeroed) and
-        # the stored object's (header as written), joined with each header's CRC.
-        body = 0
-        for buf in payload:
-            body = _crc.extend(body, buf)
+        # One pass over the payload gives every CRC: the blocks' (for S3's parts), the
+        # digest's (header zeroed) and the stored object's (header as written).
+        blocks = _block_crcs(payload)
+        body = _crc.join((crc, min(CRC_BLOCK, payload_len - i * CRC_BLOCK))
+                         for i, crc in enumerate(blocks))
         header[_DIGEST_AT:_MAC_AT] = _crc_field(
             _crc.combine(_crc.extend(0, header), body, payload_len))
-        whole = _crc.combine(_crc.extend(0, header), body, payload_len)
-    out = Encoded([bytes(header), *payload])
-    out.crc32c = whole
+        out.crc32c = _crc.combine(_crc.extend(0, header), body, payload_len)
+        out.crc32c_blocks = tuple(blocks)
+    out[0] = bytes(header)
     return out
+
+
+def _block_crcs(payload: Sequence[Buffer]) -> list[int]:
+    """The CRC32C of each CRC_BLOCK bytes of the concatenated buffers."""
+    blocks: list[int] = []
+    crc, room = 0, CRC_BLOCK
+    for buf in payload:
+        view = memoryview(buf)
+        pos = 0
+        while pos < view.nbytes:
+            n = min(room, view.nbytes - pos)
+            crc = _crc.extend(crc, view[pos : pos + n])
+            pos += n
+            room -= n
+            if room == 0:
+                blocks.append(crc)
+                crc, room = 0, CRC_BLOCK
+    if room < CRC_BLOCK:
+        blocks.append(crc)
+    return blocks
 
 
 def header_length(prefix: Buffer) -> int | None:

@@ -164,3 +164,62 @@ def test_s3_put_carries_the_formats_crc32c_and_no_other_hash(
     assert not [k for k in headers if k.startswith("x-amz-checksum-") and k.endswith("crc32")]
     got = store.get("run/ckpt")
     assert got is not None and decode(got, name="run/ckpt").header.step == 1
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+@pytest.mark.parametrize("server_name", ["moto", "rclone"])
+def test_s3_multipart_parts_carry_crc32c_from_the_encoding(
+    server_name: str, signed: bool, request: pytest.FixtureRequest,
+    s3_env: Callable[..., Any]
+) -> None:
+    """Each part of a multipart upload carries its CRC32C, combined from the format's pass.
+
+    Signed objects (SHA-256 digest, no CRC32C) get a CRC32 per part from botocore.
+    """
+    import crc32c
+
+    from resumable._format import decode, encode
+
+    server = request.getfixturevalue(f"{server_name}_server")
+    s3_env(server)
+    store = open_store(server.new_store_url() + f"?multipart_threshold={6 * MiB}"
+                       f"&part_size={5 * MiB + 3}")
+    parts: list[dict[str, str]] = []
+    created: list[dict[str, str]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        headers = {k.lower(): v.decode() if isinstance(v, bytes) else v
+                   for k, v in request.headers.items()}
+        if "uploadId=" in request.url and request.method == "PUT":
+            parts.append(headers)
+        elif request.url.endswith("?uploads"):
+            created.append(headers)
+
+    events = store._client.meta.events  # type: ignore[attr-defined]
+    events.register("before-send.s3.*", record)
+    key = b"k" * 32 if signed else None
+    try:
+        payload = encode([b"rng", b"state", reference()[: 2 * 2**20 + 5]], kind="ckpt",
+                         serializer="pickle", step=1, created=1.0, name="run/ckpt", key=key)
+        store.put("run/ckpt", payload)
+    finally:
+        events.unregister("before-send.s3.*", record)
+    blob = b"".join(bytes(p) for p in payload)
+    assert all(h["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD" for h in parts)
+    if signed:
+        assert len(parts) == 4 and all("x-amz-checksum-crc32" in h for h in parts)
+    else:
+        # 16 MiB in parts of 6 MiB (5 MiB + 3, rounded up to whole CRC blocks); the
+        # header joins the first part
+        ends = [len(payload[0]) + 6 * MiB, len(payload[0]) + 12 * MiB, len(blob)]
+        bodies = {e - s: blob[s:e] for s, e in zip([0, *ends], ends, strict=False)}
+        assert sorted(int(h["content-length"]) for h in parts) == sorted(bodies)
+        for headers in parts:
+            body = bodies[int(headers["content-length"])]
+            assert headers["x-amz-checksum-crc32c"] == base64.b64encode(
+                crc32c.crc32c(body).to_bytes(4, "big")).decode()
+            assert "x-amz-checksum-crc32" not in headers
+    assert created[0]["x-amz-checksum-algorithm"] == ("CRC32" if signed else "CRC32C")
+    got = store.get("run/ckpt")
+    assert got is not None and bytes(got) == blob
+    assert decode(got, name="run/ckpt", key=key).header.step == 1
