@@ -12,7 +12,9 @@ derives from that both the header's checksum and the whole object's (for S3).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from .stores._base import Buffer
 
@@ -85,3 +87,26 @@ def join(pieces: Iterable[tuple[int, int]]) -> int:
     for piece_crc, length in pieces:
         crc = combine(crc, piece_crc, length)
     return crc
+
+
+_PARALLEL_FROM = 32 << 20
+
+
+def of(data: Buffer) -> int:
+    """The CRC32C of ``data``; large buffers are hashed in pieces on several cores.
+
+    Used where the caller waits for nothing else (verifying an object on load): with
+    the GIL released, two cores hash 256 MiB in about half the time of one.
+    """
+    view = memoryview(data).cast("B")
+    workers = min(4, os.cpu_count() or 1)
+    if view.nbytes < _PARALLEL_FROM or workers < 2:
+        return extend(0, view)
+    step = -(-view.nbytes // workers)
+    pieces = [view[i : i + step] for i in range(0, view.nbytes, step)]
+    with ThreadPoolExecutor(max_workers=len(pieces) - 1,
+                            thread_name_prefix="resumable-crc") as pool:
+        futures = [pool.submit(extend, 0, piece) for piece in pieces[1:]]
+        first = extend(0, pieces[0])  # this thread takes a piece too
+        crcs = [first, *(f.result() for f in futures)]
+    return join(zip(crcs, (p.nbytes for p in pieces), strict=True))

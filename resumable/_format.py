@@ -140,7 +140,7 @@ def _digest(version: int, signed: bool, header: bytes | bytearray,
     if version >= 2:
         crc = _crc.extend(0, header)
         for v in views:
-            crc = _crc.extend(crc, v)
+            crc = _crc.combine(crc, _crc.of(v), v.nbytes)
         return _crc_field(crc)
     crc = zlib.crc32(header)
     for v in views:

@@ -118,6 +118,22 @@ def test_frames_start_on_64_byte_boundaries(sizes: list[int], signed: bool) -> N
     assert all(address(f) % 64 == 0 for f in decoded.frames if f.nbytes)
 
 
+@given(st.binary(max_size=300), st.binary(max_size=300))
+def test_crc_combination_equals_hashing_the_concatenation(a: bytes, b: bytes) -> None:
+    """combine(crc(a), crc(b), len(b)) is crc(a + b): the one-pass checksums rely on it."""
+    from resumable import _crc
+
+    assert _crc.combine(crc32c.crc32c(a), crc32c.crc32c(b), len(b)) == crc32c.crc32c(a + b)
+
+
+def test_large_buffers_are_hashed_in_parallel_pieces_to_the_same_crc() -> None:
+    """The multi-core CRC of a large buffer equals the one-pass CRC."""
+    from resumable import _crc
+
+    data = np.random.default_rng(3).bytes((32 << 20) + 7)
+    assert _crc.of(data) == crc32c.crc32c(data)
+
+
 def test_a_newer_format_version_fails_clearly() -> None:
     """An object of a version this library does not know says to upgrade."""
     blob = bytearray(sample())
@@ -163,6 +179,24 @@ def test_version_1_objects_still_load(tmp_path: Path) -> None:
     newest = Run(open_store(store), "v1-run").load_latest()
     assert newest is not None and newest.step == 4
     assert read_header((tmp_path / "store" / newest.key).read_bytes()).version == 2
+
+
+def test_the_command_line_reads_both_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show and verify accept a run holding version-1 and version-2 objects."""
+    from resumable import cli
+
+    shutil.copytree(V1_STORE, tmp_path / "store")
+    store = str(tmp_path / "store")
+    run = Run(open_store(store), "v1-run", keep=None)
+    run.epoch = 2
+    run.write_checkpoint(run.snapshot({"x": np.arange(10.0)}, 3, None))
+    assert cli.main(["show", store, "v1-run", "--verify"]) == 0
+    shown = capsys.readouterr().out
+    assert all(n in shown for n in ("ckpt-00000001-000000000002", "ckpt-00000002-000000000003"))
+    assert cli.main(["verify", store, "v1-run"]) == 0
+    assert "4 object(s) verified" in capsys.readouterr().out
 
 
 @given(st.data())
