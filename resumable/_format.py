@@ -56,6 +56,7 @@ _PADDING = memoryview(bytes(ALIGN))
 MAX_HEADER = 1 << 20
 MAX_FRAMES = 1 << 16
 CRC_BLOCK = 1 << 20  # granularity of Encoded.crc32c_blocks
+_SMALL_PAYLOAD = 64 << 10
 
 
 def _pad(n: int) -> int:
@@ -198,14 +199,25 @@ def encode(
         # One pass over the payload gives every CRC: the blocks' (for S3's parts), the
         # digest's (header zeroed) and the stored object's (header as written).
         blocks = _block_crcs(payload)
-        body = _crc.join((crc, min(CRC_BLOCK, payload_len - i * CRC_BLOCK))
-                         for i, crc in enumerate(blocks))
-        header[_DIGEST_AT:_MAC_AT] = _crc_field(
-            _crc.combine(_crc.extend(0, header), body, payload_len))
-        out.crc32c = _crc.combine(_crc.extend(0, header), body, payload_len)
+        if payload_len <= _SMALL_PAYLOAD:  # hashing again costs less than combining
+            header[_DIGEST_AT:_MAC_AT] = _crc_field(_crc_of([header, *payload]))
+            out.crc32c = _crc_of([header, *payload])
+        else:
+            body = _crc.join((crc, min(CRC_BLOCK, payload_len - i * CRC_BLOCK))
+                             for i, crc in enumerate(blocks))
+            header[_DIGEST_AT:_MAC_AT] = _crc_field(
+                _crc.combine(_crc.extend(0, header), body, payload_len))
+            out.crc32c = _crc.combine(_crc.extend(0, header), body, payload_len)
         out.crc32c_blocks = tuple(blocks)
     out[0] = bytes(header)
     return out
+
+
+def _crc_of(buffers: Iterable[Buffer]) -> int:
+    crc = 0
+    for buf in buffers:
+        crc = _crc.extend(crc, buf)
+    return crc
 
 
 def _block_crcs(payload: Sequence[Buffer]) -> list[int]:
