@@ -1,7 +1,7 @@
 """The verified object format: a header, then the payload frames.
 
 Everything the framework reads back goes through ``decode`` and is checked (magic,
-version, lengths, SHA-256 over header and payload, and the HMAC when a key is set)
+version, lengths, the checksum over header and payload, and the HMAC when a key is set)
 before a single byte is handed to a deserializer: unpickling untrusted or damaged
 bytes can run arbitrary code or crash in odd ways, so verification comes first.
 
@@ -141,7 +141,9 @@ def _digest(version: int, signed: bool, header: bytes | bytearray,
     if version >= 2:
         crc = _crc.extend(0, header)
         for v in views:
-            crc = _crc.combine(crc, _crc.of(v), v.nbytes)
+            # Large payloads are hashed on several cores and the pieces combined.
+            crc = (_crc.extend(crc, v) if v.nbytes <= _SMALL_PAYLOAD
+                   else _crc.combine(crc, _crc.of(v), v.nbytes))
         return _crc_field(crc)
     crc = zlib.crc32(header)
     for v in views:
