@@ -223,3 +223,37 @@ def test_s3_multipart_parts_carry_crc32c_from_the_encoding(
     got = store.get("run/ckpt")
     assert got is not None and bytes(got) == blob
     assert decode(got, name="run/ckpt", key=key).header.step == 1
+
+
+class Wrapper:
+    """A third-party store built on another one."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_store_returning_unaligned_read_only_bytes_still_gives_aligned_arrays(
+    memory_url: str,
+) -> None:
+    """Buffers a store gives that are read-only or unaligned are copied into aligned memory."""
+    from resumable._run import Run
+
+    store = open_store(memory_url)
+    run = Run(store, "third-party", keep=None)
+    run.write_checkpoint(run.snapshot({"x": reference()}, 1, None))
+
+    class Shifted(Wrapper):
+        def get(self, key: str) -> memoryview | None:
+            data = self.inner.get(key)
+            # one byte in: every frame lands at an odd address, and it is read-only
+            return None if data is None else memoryview(b"\0" + bytes(data))[1:]
+
+    latest = Run(Shifted(store), "third-party").load_latest()  # type: ignore[arg-type]
+    assert latest is not None
+    x = latest.state["x"]
+    assert describe(x) == expected_layout(reference())
+    assert reductions(x) == reductions(reference())
