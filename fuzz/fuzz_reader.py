@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 
 import atheris
 
@@ -29,11 +30,15 @@ SEED = b"".join(
     for p in encode([b"rng", b"state", b"\x00" * 64], kind="ckpt", serializer="pickle",
                     step=3, epoch=1, created=0.0, name="run/ckpt-00000001-000000000003")
 )
+# A version-1 object (frames not padded, CRC32), which the reader still accepts.
+SEED_V1 = (Path(__file__).resolve().parent.parent / "tests" / "data" / "v1-store" / "v1-run"
+           / "ckpt-00000001-000000000001").read_bytes()
 
 
 def fuzz_reader(data: bytes) -> None:
-    # Half the inputs start from a valid object, so mutations get past the magic check.
-    blob = SEED[: len(data) % (len(SEED) + 1)] + data if data[:1] == b"\x01" else data
+    # Most inputs start from a valid object, so mutations get past the magic check.
+    seed = {b"\x01": SEED, b"\x02": SEED_V1}.get(data[:1])
+    blob = seed[: len(data) % (len(seed) + 1)] + data if seed is not None else data
     for key in (None, KEY):
         with contextlib.suppress(InvalidObject):
             decode(blob, key=key, kind="ckpt", name="run/ckpt-00000001-000000000003")

@@ -1,21 +1,29 @@
 """The verified object format: a header, then the payload frames.
 
 Everything the framework reads back goes through ``decode`` and is checked (magic,
-version, lengths, SHA-256 over header and payload, and the HMAC when a key is set)
+version, lengths, the checksum over header and payload, and the HMAC when a key is set)
 before a single byte is handed to a deserializer: unpickling untrusted or damaged
 bytes can run arbitrary code or crash in odd ways, so verification comes first.
 
-Layout (little endian)::
+Layout (little endian), version 2::
 
     fixed   magic(8) version(u16) flags(u16) header_len(u32) step(u64) epoch(u64)
             created(f64) payload_len(u64) digest(32) mac(32)
     names   serializer_len(u8) serializer kind_len(u8) kind name_len(u8) name
     frames  count(u32) length(u64) * count
-    payload the frames, back to back
+    pad     zero bytes up to the next multiple of 64: header_len is one
+    payload each frame followed by zero bytes up to the next multiple of 64
+
+Every frame therefore starts at a 64-byte boundary of the object: read into a 64-byte
+aligned buffer (the stores do, see ``_aligned``), numpy arrays unpickled from the
+frames are aligned and compute the same bits as before the save. Version 1 had no
+padding (and CRC32 for unsigned objects); it is still read, its frames copied into
+aligned memory on load.
 
 ``digest`` covers the header (digest and mac zeroed) and the payload. Unsigned
-objects use CRC32 (zlib, ~6 GB/s: it catches damage such as bit flips and truncation,
-and costs the background upload and the resume a fraction of SHA-256); signed objects
+objects use CRC32C (hardware, ~10 GB/s: it catches damage such as bit flips and
+truncation, and is computed once, in one pass over the payload, which also gives the
+whole object's CRC32C that S3 verifies on upload, ``Encoded.crc32c``); signed objects
 use SHA-256, because ``mac`` (HMAC-SHA256 over the header with only the mac zeroed)
 covers the payload through the digest, and only a cryptographic digest makes that
 sound. ``name`` is the object's key (``<run_id>/ckpt-...``): a
@@ -29,20 +37,30 @@ import hashlib
 import hmac
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from . import _crc
 from .stores._base import Buffer
 
 MAGIC = b"RSMBL\x00CK"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+ALIGN = 64  # frames start at multiples of this in version 2
 FLAG_SIGNED = 1
 _FIXED = struct.Struct("<8sHHIQQdQ32s32s")
 _DIGEST_AT = _FIXED.size - 64
 _MAC_AT = _FIXED.size - 32
 _ZERO32 = bytes(32)
+_PADDING = memoryview(bytes(ALIGN))
 MAX_HEADER = 1 << 20
 MAX_FRAMES = 1 << 16
+CRC_BLOCK = 1 << 20  # granularity of Encoded.crc32c_blocks
+_SMALL_PAYLOAD = 64 << 10
+
+
+def _pad(n: int) -> int:
+    return -n % ALIGN
 
 
 class InvalidObject(Exception):
@@ -68,6 +86,15 @@ class Header:
     header_len: int
     payload_len: int
 
+    def frame_offsets(self) -> list[int]:
+        """Where each frame starts in the object."""
+        offsets = []
+        pos = self.header_len
+        for length in self.frame_lengths:
+            offsets.append(pos)
+            pos += length + (_pad(length) if self.version >= 2 else 0)
+        return offsets
+
 
 @dataclass(frozen=True)
 class Decoded:
@@ -75,21 +102,53 @@ class Decoded:
     frames: list[memoryview]
 
 
+class Encoded(list[Buffer]):
+    """An object's buffers in order (the header first), with CRC32Cs of their bytes.
+
+    ``crc32c`` is the CRC32C of the whole object; ``crc32c_blocks`` the CRC32C of each
+    ``CRC_BLOCK`` bytes of the payload (the object after the header; the last block may
+    be shorter). Both are None for signed objects (their digest is SHA-256). A store
+    that can hand them to the storage (S3's ``ChecksumCRC32C`` of an object or of a
+    part made of whole blocks) lets the storage verify what it received against the
+    checksum computed when the object was encoded, with no second pass over the bytes.
+    """
+
+    crc32c: int | None = None
+    crc32c_blocks: tuple[int, ...] | None = None
+    crc32c_block_size = CRC_BLOCK
+
+
 def _mac(key: bytes, header: bytes | bytearray) -> bytes:
     return hmac.new(key, header, hashlib.sha256).digest()
 
 
-def _digest(signed: bool, header: bytes | bytearray, views: Sequence[memoryview]) -> bytes:
-    """SHA-256 for signed objects; CRC32, zero-padded to 32 bytes, otherwise."""
+def _sha256(header: bytes | bytearray, views: Iterable[Buffer]) -> bytes:
+    h = hashlib.sha256(header)
+    for v in views:
+        h.update(v)
+    return h.digest()
+
+
+def _crc_field(crc: int) -> bytes:
+    return crc.to_bytes(4, "little") + bytes(28)
+
+
+def _digest(version: int, signed: bool, header: bytes | bytearray,
+            views: Sequence[memoryview]) -> bytes:
+    """SHA-256 for signed objects; CRC32C (v2) or CRC32 (v1), zero-padded, otherwise."""
     if signed:
-        h = hashlib.sha256(header)
+        return _sha256(header, views)
+    if version >= 2:
+        crc = _crc.extend(0, header)
         for v in views:
-            h.update(v)
-        return h.digest()
+            # Large payloads are hashed on several cores and the pieces combined.
+            crc = (_crc.extend(crc, v) if v.nbytes <= _SMALL_PAYLOAD
+                   else _crc.combine(crc, _crc.of(v), v.nbytes))
+        return _crc_field(crc)
     crc = zlib.crc32(header)
     for v in views:
         crc = zlib.crc32(v, crc)  # releases the GIL on large buffers, like hashlib
-    return crc.to_bytes(4, "little") + bytes(28)
+    return _crc_field(crc)
 
 
 def encode(
@@ -102,14 +161,19 @@ def encode(
     created: float,
     name: str = "",
     key: bytes | None = None,
-) -> list[Buffer]:
-    """Header plus the frames as one zero-copy payload (a list of buffers)."""
+) -> Encoded:
+    """Header plus the frames, each padded to 64 bytes, as a zero-copy list of buffers."""
     views = [memoryview(f).cast("B") for f in frames]
     name_b, kind_b, obj_b = serializer.encode(), kind.encode(), name.encode()
     if max(len(name_b), len(kind_b), len(obj_b)) > 255:
         raise ValueError("serializer, kind and object names must be at most 255 bytes")
     lengths = [v.nbytes for v in views]
-    payload_len = sum(lengths)
+    payload: list[Buffer] = []
+    for view in views:
+        payload.append(view)
+        if _pad(view.nbytes):
+            payload.append(_PADDING[: _pad(view.nbytes)])
+    payload_len = sum(n + _pad(n) for n in lengths)
     tail = (
         bytes([len(name_b)])
         + name_b
@@ -119,18 +183,63 @@ def encode(
         + obj_b
         + struct.pack(f"<I{len(lengths)}Q", len(lengths), *lengths)
     )
-    header_len = _FIXED.size + len(tail)
+    table_end = _FIXED.size + len(tail)
+    header_len = table_end + _pad(table_end)
     flags = FLAG_SIGNED if key else 0
     header = bytearray(
         _FIXED.pack(
             MAGIC, VERSION, flags, header_len, step, epoch, created, payload_len, _ZERO32, _ZERO32
         )
         + tail
+        + bytes(header_len - table_end)
     )
-    header[_DIGEST_AT:_MAC_AT] = _digest(bool(key), header, views)
+    out = Encoded([bytes(header), *payload])
     if key:
+        header[_DIGEST_AT:_MAC_AT] = _sha256(header, payload)
         header[_MAC_AT : _FIXED.size] = _mac(key, header)
-    return [bytes(header), *views]
+    else:
+        # One pass over the payload gives every CRC: the blocks' (for S3's parts), the
+        # digest's (header zeroed) and the stored object's (header as written).
+        blocks = _block_crcs(payload)
+        if payload_len <= _SMALL_PAYLOAD:  # hashing again costs less than combining
+            header[_DIGEST_AT:_MAC_AT] = _crc_field(_crc_of([header, *payload]))
+            out.crc32c = _crc_of([header, *payload])
+        else:
+            body = _crc.join((crc, min(CRC_BLOCK, payload_len - i * CRC_BLOCK))
+                             for i, crc in enumerate(blocks))
+            header[_DIGEST_AT:_MAC_AT] = _crc_field(
+                _crc.combine(_crc.extend(0, header), body, payload_len))
+            out.crc32c = _crc.combine(_crc.extend(0, header), body, payload_len)
+        out.crc32c_blocks = tuple(blocks)
+    out[0] = bytes(header)
+    return out
+
+
+def _crc_of(buffers: Iterable[Buffer]) -> int:
+    crc = 0
+    for buf in buffers:
+        crc = _crc.extend(crc, buf)
+    return crc
+
+
+def _block_crcs(payload: Sequence[Buffer]) -> list[int]:
+    """The CRC32C of each CRC_BLOCK bytes of the concatenated buffers."""
+    blocks: list[int] = []
+    crc, room = 0, CRC_BLOCK
+    for buf in payload:
+        view = memoryview(buf)
+        pos = 0
+        while pos < view.nbytes:
+            n = min(room, view.nbytes - pos)
+            crc = _crc.extend(crc, view[pos : pos + n])
+            pos += n
+            room -= n
+            if room == 0:
+                blocks.append(crc)
+                crc, room = 0, CRC_BLOCK
+    if room < CRC_BLOCK:
+        blocks.append(crc)
+    return blocks
 
 
 def header_length(prefix: Buffer) -> int | None:
@@ -161,8 +270,12 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
     )
     if magic != MAGIC:
         raise InvalidObject("not a resumable object (bad magic); it was written by something else")
-    if version != VERSION:
-        raise InvalidObject(f"unsupported format version {version} (this library reads {VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise InvalidObject(
+            f"unsupported format version {version} (this library reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); it was written by a newer "
+            "resumable: upgrade resumable to read it"
+        )
     if flags & ~FLAG_SIGNED:
         raise InvalidObject(f"unknown flags {flags:#x}")
     if not _FIXED.size + 7 <= header_len <= min(n, MAX_HEADER):
@@ -174,6 +287,7 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
             f"truncated or padded: header says {payload_len} payload bytes, "
             f"object has {n - header_len}"
         )
+    aligned = version >= 2
     pos = _FIXED.size
     try:
         name_len = view[pos]
@@ -187,12 +301,16 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
         pos += 1 + obj_len
         (count,) = struct.unpack_from("<I", view, pos)
         pos += 4
-        if count > MAX_FRAMES or pos + 8 * count != header_len:
+        table_end = pos + 8 * count
+        expected_len = table_end + (_pad(table_end) if aligned else 0)
+        if count > MAX_FRAMES or expected_len != header_len:
             raise InvalidObject("frame table does not match the header length")
         lengths = struct.unpack_from(f"<{count}Q", view, pos)
     except (IndexError, struct.error, UnicodeDecodeError) as err:
         raise InvalidObject(f"malformed header ({err})") from None
-    if sum(lengths) != payload_len:
+    if aligned and any(view[table_end:header_len]):
+        raise InvalidObject("the header's padding is not zero")
+    if sum(n + _pad(n) if aligned else n for n in lengths) != payload_len:
         raise InvalidObject("frame lengths do not add up to the payload length")
     return Header(
         version=version,
@@ -212,14 +330,18 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
 def decode(
     data: Buffer, *, key: bytes | None = None, kind: str | None = None, name: str | None = None
 ) -> Decoded:
-    """Verify ``data`` completely, then return its header and frames (views into ``data``)."""
+    """Verify ``data`` completely, then return its header and frames (views into ``data``).
+
+    The payload is read once, by the checksum; the frames are views, not copies, so
+    frames of an object read into aligned memory are aligned too.
+    """
     header = read_header(data)
     view = memoryview(data).cast("B")
     fixed = bytearray(view[: header.header_len])
     stored_digest = bytes(fixed[_DIGEST_AT:_MAC_AT])
     stored_mac = bytes(fixed[_MAC_AT : _FIXED.size])
     fixed[_DIGEST_AT : _FIXED.size] = bytes(64)
-    computed = _digest(header.signed, fixed, [view[header.header_len :]])
+    computed = _digest(header.version, header.signed, fixed, [view[header.header_len :]])
     if not hmac.compare_digest(computed, stored_digest):
         raise InvalidObject("checksum mismatch: the object is damaged")
     if not header.signed and stored_mac != _ZERO32:
@@ -239,9 +361,6 @@ def decode(
             f"was written as {header.name!r}, not {name!r}: copied or renamed",
             tampered=header.signed,
         )
-    frames = []
-    pos = header.header_len
-    for length in header.frame_lengths:
-        frames.append(view[pos : pos + length])
-        pos += length
+    frames = [view[start : start + length]
+              for start, length in zip(header.frame_offsets(), header.frame_lengths, strict=True)]
     return Decoded(header, frames)

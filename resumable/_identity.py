@@ -90,6 +90,16 @@ def _show(value: Any) -> str:
     return f"<{type(value).__qualname__}>"
 
 
+def _same_function(recorded: str, current: str) -> bool:
+    """Equal names; or, where one side ran as a script (``__main__``), equal bare names:
+    ``python train.py`` and ``python -m pkg.train`` are the same code."""
+    if recorded == current:
+        return True
+    if recorded.startswith("__main__.") or current.startswith("__main__."):
+        return recorded.rsplit(".", 1)[-1] == current.rsplit(".", 1)[-1]
+    return False
+
+
 def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
     """Record the run's identity on first use; refuse a call whose arguments differ."""
     recorded = run.read_record(IDENTITY, "identity")
@@ -109,7 +119,7 @@ def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
         differ.append("version=")
         parts.append(f"version= ({recorded.get('version')!r} in the run, "
                      f"{ident.version!r} in this call)")
-    if recorded.get("function", ident.function) != ident.function:
+    if not _same_function(str(recorded.get("function", ident.function)), ident.function):
         differ.insert(0, "function")
         parts.insert(0, f"the function ({recorded.get('function')} in the run, "
                         f"{ident.function} in this call)")

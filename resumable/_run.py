@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import _format, _rng
+from ._aligned import aligned_copy
 from ._errors import (
     CheckpointCorruptError,
     CheckpointTamperedError,
@@ -443,6 +444,8 @@ class Run:
             return None
         try:
             record = json.loads(bytes(self._decode(name, data, kind).frames[0]))
+        except ConfigurationError:  # a signed run without its key: refuse, never ignore
+            raise
         except (_format.InvalidObject, ValueError, IndexError) as err:
             log.error("record %s is unreadable (%s); ignoring it", self.where(name),
                       getattr(err, "reason", err))
@@ -589,9 +592,11 @@ class Run:
                         pool=None if in_place else pool, in_place=in_place, size=size)
 
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
-        # Private copies: the snapshot's buffers go back to the pool and get overwritten.
         snap.rng_frame()
-        views = [memoryview(bytearray(f)) for f in snap.frames]
+        # Private, aligned copies of the out-of-band buffers: the snapshot's go back to
+        # the pool and get overwritten. The pickle streams are only read.
+        views = [memoryview(f).cast("B") for f in snap.frames[:2]]
+        views += [aligned_copy(f) for f in snap.frames[2:]]
         return loads_frames(self.serializer, views[1:]), _rng_loads(views[0])
 
     def write_checkpoint(self, snap: Snapshot) -> str:

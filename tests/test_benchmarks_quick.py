@@ -145,3 +145,11 @@ def test_ls_scale_quick(tmp_path: Path) -> None:
         assert c["runs"] == doc["config"]["runs"] > 0
         assert len(c["seconds"]) == doc["config"]["repeats"]
         assert c["min_s"] <= c["median_s"] <= c["max_s"] and finite(c["median_s"])
+
+
+def test_resume_speed_quick(tmp_path: Path) -> None:
+    doc = run_quick("resume_speed", tmp_path)
+    for case in doc["cases"]:
+        for which in ("resumable", "joblib"):
+            assert finite(case[which]["median"]) and case[which]["min"] <= case[which]["max"]
+        assert finite(case["ratio"]) and case["target"] == 1.2

@@ -5,16 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
+import struct
 import time
 from pathlib import Path
 from typing import Any
 
+import crc32c
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from resumable import CheckpointCorruptError, CheckpointTamperedError, checkpointed
-from resumable._format import InvalidObject, decode, encode
+from resumable._aligned import address, aligned_copy
+from resumable._format import InvalidObject, decode, encode, read_header
 from resumable._run import Run
 from resumable.stores import open_store
 from tests.toy import Crash, Faults, make_evolve
@@ -95,6 +100,113 @@ def test_signatures() -> None:
     with pytest.raises(InvalidObject) as forged_info:
         decode(b"".join(bytes(p) for p in forged), key=KEY)
     assert forged_info.value.tampered
+
+
+@given(st.lists(st.integers(0, 3000), max_size=24), st.booleans())
+def test_frames_start_on_64_byte_boundaries(sizes: list[int], signed: bool) -> None:
+    """Any frames: each starts at a multiple of 64, in the object and in aligned memory."""
+    frames = [bytes([i % 251 + 1]) * n for i, n in enumerate(sizes)]
+    key = KEY if signed else None
+    parts = encode(frames, kind="ckpt", serializer="pickle", step=1, created=1.0, key=key)
+    blob = b"".join(bytes(p) for p in parts)
+    assert len(blob) % 64 == 0
+    # the checksum S3 gets is the whole object's, computed in the same pass
+    assert parts.crc32c == (None if signed else crc32c.crc32c(blob))
+    decoded = decode(aligned_copy(blob), key=key)
+    assert [bytes(f) for f in decoded.frames] == frames
+    assert all(offset % 64 == 0 for offset in decoded.header.frame_offsets())
+    assert all(address(f) % 64 == 0 for f in decoded.frames if f.nbytes)
+
+
+@given(st.binary(max_size=300), st.binary(max_size=300))
+def test_crc_combination_equals_hashing_the_concatenation(a: bytes, b: bytes) -> None:
+    """combine(crc(a), crc(b), len(b)) is crc(a + b): the one-pass checksums rely on it."""
+    from resumable import _crc
+
+    assert _crc.combine(crc32c.crc32c(a), crc32c.crc32c(b), len(b)) == crc32c.crc32c(a + b)
+
+
+def test_large_buffers_are_hashed_in_parallel_pieces_to_the_same_crc() -> None:
+    """The multi-core CRC of a large buffer equals the one-pass CRC."""
+    from resumable import _crc
+
+    data = np.random.default_rng(3).bytes((32 << 20) + 7)
+    assert _crc.of(data) == crc32c.crc32c(data)
+
+
+def test_a_newer_format_version_fails_clearly() -> None:
+    """An object of a version this library does not know says to upgrade."""
+    blob = bytearray(sample())
+    struct.pack_into("<H", blob, 8, 3)
+    with pytest.raises(InvalidObject, match=r"version 3 .*upgrade resumable"):
+        decode(blob)
+
+
+V1_STORE = Path(__file__).parent / "data" / "v1-store"  # see data/make_v1_store.py
+
+
+def v1_expected(generation: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.arange(1001) * 0.25 * generation
+    return x, np.asfortranarray(np.ones((7, 5), dtype=np.int32) * 2**generation)
+
+
+def test_version_1_objects_still_load(tmp_path: Path) -> None:
+    """A run written in format version 1 resumes; its arrays come back aligned anyway."""
+    shutil.copytree(V1_STORE, tmp_path / "store")
+    store = str(tmp_path / "store")
+    ckpt = tmp_path / "store" / "v1-run" / "ckpt-00000001-000000000002"
+    assert read_header(ckpt.read_bytes()).version == 1
+    seen = []
+
+    @checkpointed(store=store, run_id="v1-run", keep=None, capture_rng=False)
+    def grow(*, state: Any = None) -> Any:
+        seen.append({"generation": state["generation"], "x": state["x"], "f": state["f"].copy("K"),
+                     "x_at": state["x"].ctypes.data, "f_at": state["f"].ctypes.data})
+        while state["generation"] < 4:
+            state["generation"] += 1
+            state["x"] = state["x"] + np.arange(1001) * 0.25
+            state["f"] *= 2
+            yield state
+        return state["generation"]
+
+    assert grow() == 4
+    resumed = seen[0]
+    x, f = v1_expected(2)
+    assert resumed["generation"] == 2
+    assert resumed["x_at"] % 64 == 0 and resumed["f_at"] % 64 == 0
+    assert np.array_equal(resumed["x"], x) and resumed["x"].sum() == x.sum()
+    assert resumed["f"].flags.f_contiguous and np.array_equal(resumed["f"], f)
+    newest = Run(open_store(store), "v1-run").load_latest()
+    assert newest is not None and newest.step == 4
+    assert read_header((tmp_path / "store" / newest.key).read_bytes()).version == 2
+
+
+def test_the_command_line_reads_both_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show and verify accept a run holding version-1 and version-2 objects."""
+    from resumable import cli
+
+    shutil.copytree(V1_STORE, tmp_path / "store")
+    store = str(tmp_path / "store")
+    run = Run(open_store(store), "v1-run", keep=None)
+    run.epoch = 2
+    run.write_checkpoint(run.snapshot({"x": np.arange(10.0)}, 3, None))
+    assert cli.main(["show", store, "v1-run", "--verify"]) == 0
+    shown = capsys.readouterr().out
+    assert all(n in shown for n in ("ckpt-00000001-000000000002", "ckpt-00000002-000000000003"))
+    assert cli.main(["verify", store, "v1-run"]) == 0
+    assert "4 object(s) verified" in capsys.readouterr().out
+
+
+@given(st.data())
+def test_any_bit_flip_of_a_version_1_object_is_detected(data: st.DataObject) -> None:
+    """Version-1 objects are still verified (CRC32) before anything is unpickled."""
+    blob = bytearray((V1_STORE / "v1-run" / "ckpt-00000001-000000000002").read_bytes())
+    bit = data.draw(st.integers(0, len(blob) * 8 - 1))
+    blob[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(InvalidObject):
+        decode(blob)
 
 
 def test_kind_is_checked() -> None:

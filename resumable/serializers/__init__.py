@@ -4,7 +4,9 @@ A serializer has a ``name``, ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``
 The built-ins also offer ``dumps_frames``/``loads_frames``: pickle protocol 5 with
 out-of-band buffers, so a numpy array travels as its own frame and is copied at most
 once, at the snapshot (the body may mutate it in place right after the yield); a state
-saved in place while the body waits is not copied at all (``dumps_views``).
+saved in place while the body waits is not copied at all (``dumps_views``). On load,
+arrays are built on the frames without a copy when the frames are writable and
+64-byte aligned (as the stores deliver them), else on an aligned copy.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from .._aligned import realigned
 from .._errors import ConfigurationError, SerializationError
 from ..stores._base import Buffer
 
@@ -60,8 +63,10 @@ class PickleSerializer:
         return copy_frames(self.dumps_views(obj), alloc)
 
     def loads_frames(self, frames: Sequence[memoryview]) -> Any:
-        # numpy arrays built on read-only buffers would be read-only for the body.
-        oob = [f if not f.readonly else bytearray(f) for f in frames[1:]]
+        # numpy arrays are built on these buffers without a copy: on read-only memory
+        # they would be read-only for the body, on unaligned memory they would compute
+        # other bits. Frames the stores read into aligned memory are used as they are.
+        oob = [realigned(f) for f in frames[1:]]
         return pickle.loads(frames[0], buffers=oob)
 
 

@@ -3,7 +3,13 @@
 Keys are '/'-separated paths relative to the store's root (``<run_id>/ckpt-...``).
 A payload is a sequence of bytes-like buffers whose concatenation is the object's
 content: large states arrive as many zero-copy buffers (pickle protocol 5
-out-of-band frames), and a store may stream them without joining them first.
+out-of-band frames), and a store may stream them without joining them first. A payload
+from the format may carry ``crc32c`` (an int, the CRC32C of the whole object), which a
+store may hand to the storage so that it verifies what it received (S3 does).
+
+``get`` of the bundled stores returns writable memory whose first byte is 64-byte
+aligned, so the format's aligned frames are aligned in memory and unpickled in place;
+a buffer that is not gets copied into aligned memory on load.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import bisect
 import threading
 from urllib.parse import urlsplit
 
+from .._aligned import aligned_copy
 from ._base import Payload, join_payload
 
 _spaces: dict[str, dict[str, bytes]] = {}
@@ -36,11 +37,11 @@ class MemoryStore:
             self._objects[key] = blob
             return True
 
-    def get(self, key: str) -> bytearray | None:
+    def get(self, key: str) -> memoryview | None:
         with _lock:
             blob = self._objects.get(key)
-        # A private, writable copy, as a download would give.
-        return None if blob is None else bytearray(blob)
+        # A private, writable, 64-byte aligned copy, as the other stores' reads give.
+        return None if blob is None else aligned_copy(blob)
 
     def head(self, key: str, n: int) -> tuple[bytes, int] | None:
         with _lock:

@@ -15,6 +15,7 @@ which ``capture_rng`` saves and restores. ``resumable._retry`` retries every req
 
 from __future__ import annotations
 
+import base64
 import builtins
 import hashlib
 import http.client
@@ -30,6 +31,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from .. import _crc
+from .._aligned import aligned_buffer
 from .._errors import ConfigurationError, StoreError
 from .._retry import error_code, retrying
 from . import Listed
@@ -150,9 +153,10 @@ def _get_client(
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
                 max_pool_connections=pool,
-                s3={"addressing_style": addressing_style} if addressing_style else None,  # type: ignore[arg-type]
-                # CRC32 on every upload where the operation supports it.
-                request_checksum_calculation="when_supported" if checksums else "when_required",
+                s3=_s3_options(addressing_style, checksums),  # type: ignore[arg-type]
+                # The store asks for upload checksums itself: a single PutObject carries
+                # the CRC32C the format computed (no second pass), parts a CRC32.
+                request_checksum_calculation="when_required",
                 # Ranged GETs carry the whole object's checksum on some servers (rclone),
                 # which botocore would check against the range; our own header checksum
                 # covers the whole payload on load instead.
@@ -182,6 +186,22 @@ def _parse_timestamp(value: str) -> datetime:
         pass
     result: datetime = botocore.utils.parse_timestamp(value)
     return result
+
+
+def _s3_options(addressing_style: str | None, checksums: bool) -> dict[str, Any] | None:
+    options: dict[str, Any] = {}
+    if addressing_style:
+        options["addressing_style"] = addressing_style
+    if checksums:
+        # SigV4 would hash every uploaded byte with SHA-256 on http endpoints; the
+        # checksum header (itself signed) covers the body instead.
+        options["payload_signing_enabled"] = False
+    return options or None
+
+
+def _crc32c_header(crc: int) -> str:
+    """S3's ChecksumCRC32C: the big-endian CRC, base64."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode()
 
 
 def _byte_views(data: Payload) -> list[memoryview]:
@@ -388,6 +408,15 @@ class S3Store:
         body = b"".join(_byte_views(data))  # small: one copy is cheaper than a reader
         ambiguous = False
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": body, **self._extra}
+        if self.checksums:
+            # The object's CRC32C from its encoding (one pass over the bytes): S3 checks
+            # the body against it, end to end. Payloads without one (signed objects, whose
+            # digest is SHA-256) get a CRC32 that botocore computes.
+            crc = getattr(data, "crc32c", None)
+            if isinstance(crc, int):
+                kwargs["ChecksumCRC32C"] = _crc32c_header(crc)
+            else:
+                kwargs["ChecksumAlgorithm"] = "CRC32"
         if if_absent:
             kwargs["IfNoneMatch"] = "*"
 
@@ -421,12 +450,15 @@ class S3Store:
     def _put_multipart(
         self, key: str, full: str, data: Payload, size: int, if_absent: bool
     ) -> bool:
-        part_size = max(self.part_size, -(-size // MAX_PARTS))
-        parts = _split_parts(_byte_views(data), part_size)
-        created = self._call("put (create multipart upload)", key, lambda: self._create(full))
+        parts, crcs = self._plan_parts(data, size)
+        algorithm = "CRC32C" if crcs else "CRC32"
+        created = self._call("put (create multipart upload)", key,
+                             lambda: self._create(full, algorithm))
         upload_id: str = created["UploadId"]
+        if not self.checksums:  # the server rejected checksums
+            crcs = None
         try:
-            completed = self._upload_parts(key, full, upload_id, parts)
+            completed = self._upload_parts(key, full, upload_id, parts, crcs)
             done = self._complete(key, full, upload_id, completed, size, if_absent)
         except BaseException as exc:
             self._abort(key, full, upload_id)
@@ -441,11 +473,45 @@ class S3Store:
             self._abort(key, full, upload_id)
         return done
 
-    def _create(self, full: str) -> Any:
+    def _plan_parts(
+        self, data: Payload, size: int
+    ) -> tuple[list[list[memoryview]], list[int] | None]:
+        """The parts as zero-copy slices, and each one's CRC32C when the payload has them.
+
+        A payload from the format carries the CRC32C of each block of its bytes after
+        the first buffer (the header), computed in its one pass; parts made of whole
+        blocks (the header joins the first) get their CRC32C by combination, and S3
+        verifies each part against it. Otherwise botocore computes a CRC32 per part.
+        """
+        part_size = max(self.part_size, -(-size // MAX_PARTS))
+        blocks = getattr(data, "crc32c_blocks", None) if self.checksums else None
+        block = getattr(data, "crc32c_block_size", 0)
+        if not blocks or not isinstance(block, int) or block <= 0 or len(data) < 2:
+            return _split_parts(_byte_views(data), part_size), None
+        head = memoryview(data[0]).cast("B")
+        body_len = size - head.nbytes
+        if len(blocks) != -(-body_len // block) or body_len <= 0:
+            return _split_parts(_byte_views(data), part_size), None
+        part_size = -(-part_size // block) * block
+        parts = _split_parts(_byte_views(data[1:]), part_size)
+        parts[0].insert(0, head)
+        per_part = part_size // block
+        crcs = []
+        for i in range(len(parts)):
+            first = i * per_part
+            crcs.append(_crc.join(
+                (blocks[j], min(block, body_len - j * block))
+                for j in range(first, min(first + per_part, len(blocks)))
+            ))
+        body0 = min(part_size, body_len)
+        crcs[0] = _crc.combine(_crc.extend(0, head), crcs[0], body0)
+        return parts, crcs
+
+    def _create(self, full: str, algorithm: str) -> Any:
         if self.checksums:
             try:
                 return self._client.create_multipart_upload(
-                    Bucket=self.bucket, Key=full, ChecksumAlgorithm="CRC32", **self._extra
+                    Bucket=self.bucket, Key=full, ChecksumAlgorithm=algorithm, **self._extra
                 )
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc)
@@ -461,9 +527,15 @@ class S3Store:
         return self._client.create_multipart_upload(Bucket=self.bucket, Key=full, **self._extra)
 
     def _upload_parts(
-        self, key: str, full: str, upload_id: str, parts: list[list[memoryview]]
+        self, key: str, full: str, upload_id: str, parts: list[list[memoryview]],
+        crcs: list[int] | None,
     ) -> list[dict[str, Any]]:
         def upload(number: int, segments: list[memoryview]) -> dict[str, Any]:
+            checksum: dict[str, str] = {}
+            if crcs is not None:
+                checksum["ChecksumCRC32C"] = _crc32c_header(crcs[number - 1])
+            elif self.checksums:
+                checksum["ChecksumAlgorithm"] = "CRC32"
             # One bytes object per part, not a file-like reader: http.client sends a
             # reader 8 KiB at a time, a Python loop that holds the GIL thousands of times
             # per part and slows the training loop; bytes go out in one sendall that
@@ -477,10 +549,12 @@ class S3Store:
                     UploadId=upload_id,
                     PartNumber=number,
                     Body=body,
-                    **({"ChecksumAlgorithm": "CRC32"} if self.checksums else {}),
+                    **checksum,
                 )
                 entry = {"PartNumber": number, "ETag": response["ETag"]}
-                if response.get("ChecksumCRC32"):
+                if "ChecksumCRC32C" in checksum:
+                    entry["ChecksumCRC32C"] = checksum["ChecksumCRC32C"]
+                elif response.get("ChecksumCRC32"):
                     entry["ChecksumCRC32"] = response["ChecksumCRC32"]
                 return entry
 
@@ -604,32 +678,37 @@ class S3Store:
                 return _EMPTY  # ranges are invalid on empty objects only
             raise
 
-    def _get_once(self, key: str, full: str) -> bytes | bytearray | None:
+    def _get_once(self, key: str, full: str) -> memoryview | None:
         first = self.part_size
 
-        def head_chunk() -> tuple[bytes, int | None, str | None] | None:
+        def head_chunk() -> tuple[memoryview, int, int, str | None] | None:
+            """(buffer for the whole object, bytes in it so far, total size, ETag)."""
             response = self._get_prefix(full, first)
             if response is None:
                 return None
             if response is _EMPTY:
-                whole = self._client.get_object(Bucket=self.bucket, Key=full)
-                return bytes(whole["Body"].read()), None, whole.get("ETag")
-            chunk = bytearray(int(response["ContentLength"]))
-            _read_exactly(response["Body"], memoryview(chunk))
-            return bytes(chunk), _range_total(response), response.get("ETag")
+                response = self._client.get_object(Bucket=self.bucket, Key=full)
+            length = int(response["ContentLength"])
+            # No ContentRange: the server sent the whole object (an empty one, or a
+            # server that ignored the Range header).
+            total = _range_total(response) if response.get("ContentRange") else length
+            if total is None or total < length:
+                total = length
+            # The whole object goes into one 64-byte aligned buffer (see _aligned), so
+            # the frames the format aligns in the object are aligned in memory as well.
+            buffer = aligned_buffer(total)
+            _read_exactly(response["Body"], buffer[:length])
+            return buffer, length, total, response.get("ETag")
 
-        found: tuple[bytes, int | None, str | None] | None = self._call("get", key, head_chunk)
+        found: tuple[memoryview, int, int, str | None] | None = self._call("get", key, head_chunk)
         if found is None:
             return None
-        chunk, total, etag = found
-        if total is None or total <= len(chunk):
-            return chunk  # small object, or a server that ignored the Range header
-        buffer = bytearray(total)
-        view = memoryview(buffer)
-        view[: len(chunk)] = chunk
+        view, got, total, etag = found
+        if total <= got:
+            return view
         ranges = [
             (start, min(start + self.part_size, total))
-            for start in range(len(chunk), total, self.part_size)
+            for start in range(got, total, self.part_size)
         ]
 
         def fetch(start: int, stop: int) -> None:
@@ -662,7 +741,7 @@ class S3Store:
                     raise future.exception()  # type: ignore[misc]
             for future in futures:
                 future.result()
-        return buffer
+        return view
 
     def head(self, key: str, n: int) -> tuple[bytes, int] | None:
         """The first ``n`` bytes and the total size in one ranged GET (the CLI's headers)."""
