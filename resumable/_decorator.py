@@ -12,13 +12,14 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import _rng
+from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import KeepLast, SavePolicy, parse_every
 from ._progress import Progress
@@ -188,6 +189,12 @@ class CheckpointedFunction(Generic[P, R]):
         run, bound = self._run(args, kwargs)
         return _Execution(self, run, bound).states()
 
+    def audit(self, *args: Any, steps: int = 5, fresh_process: bool = False,
+              exclude: Iterable[str] = (), **kwargs: Any) -> AuditReport:
+        """Check that resuming this call gives the uninterrupted states bit for bit (_audit)."""
+        return audit(self, args, kwargs, steps=steps, fresh_process=fresh_process,
+                     exclude=exclude)
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         run, bound = self._run(args, kwargs)
         states = _Execution(self, run, bound).states()
@@ -219,6 +226,9 @@ class _BoundCheckpointed:
 
     def reset(self, *args: Any, **kwargs: Any) -> None:
         self._fn.reset(self._obj, *args, **kwargs)
+
+    def audit(self, *args: Any, **kwargs: Any) -> AuditReport:
+        return self._fn.audit(self._obj, *args, **kwargs)
 
 
 @dataclass(frozen=True)
