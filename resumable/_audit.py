@@ -42,8 +42,7 @@ from ._errors import ConfigurationError, ResumableError
 from ._policy import parse_every
 from ._run import RESULT, parse_ckpt_name
 from .stores import open_store
-from .stores._base import Payload
-from .stores._memory import MemoryStore
+from .stores._base import Payload, join_payload
 
 if TYPE_CHECKING:
     from ._decorator import CheckpointedFunction
@@ -322,10 +321,14 @@ def first_difference(a: Any, b: Any, *, path: str = "state", exclude: Iterable[s
 
 # -- the private store ----------------------------------------------------------------
 
-class _TempStore(MemoryStore):
-    """An in-memory store of the audit's own, in no registry; it tells when a save lands."""
+class _TempStore:
+    """The audit's own in-memory store, in no registry; it tells when a checkpoint lands.
 
-    def __init__(self, label: str) -> None:  # no super().__init__: not a shared memory://
+    Written out rather than derived from ``MemoryStore``, so that a write path added to
+    stores later fails here loudly instead of bypassing the notification.
+    """
+
+    def __init__(self, label: str) -> None:
         self.url = f"memory://resumable-audit-{label}"
         self._objects: dict[str, bytes] = {}
         self._saved = threading.Condition()
@@ -334,17 +337,48 @@ class _TempStore(MemoryStore):
 
     def put(self, key: str, data: Payload) -> None:
         try:
-            super().put(key, data)
+            blob = join_payload(data)
         except BaseException as err:
             with self._saved:
                 self._failure = err
                 self._saved.notify_all()
             raise
         parsed = parse_ckpt_name(key.rsplit("/", 1)[-1])
-        if parsed is not None:
-            with self._saved:
+        with self._saved:
+            self._objects[key] = blob
+            if parsed is not None:
                 self._steps.add(parsed[1])
-                self._saved.notify_all()
+            self._saved.notify_all()
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        blob = join_payload(data)
+        with self._saved:
+            if key in self._objects:
+                return False
+            self._objects[key] = blob
+            return True
+
+    def get(self, key: str) -> bytearray | None:
+        with self._saved:
+            blob = self._objects.get(key)
+        return None if blob is None else bytearray(blob)  # private and writable, as a GET
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        with self._saved:
+            blob = self._objects.get(key)
+        return None if blob is None else (blob[: max(0, n)], len(blob))
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        with self._saved:
+            keys = sorted(k for k in self._objects if k.startswith(prefix))
+        return [k for k in keys if start_after is None or k > start_after]
+
+    def delete(self, key: str) -> None:
+        with self._saved:
+            self._objects.pop(key, None)
+
+    def conditional_writes(self) -> bool:
+        return True
 
     def wait_for_checkpoint(self, step: int) -> None:
         """Block until the checkpoint of ``step`` is stored (saves run in the background)."""
@@ -375,7 +409,7 @@ class _TempStore(MemoryStore):
 def _store_with(label: str, objects: dict[str, bytes]) -> _TempStore:
     store = _TempStore(label)
     for key, blob in objects.items():
-        MemoryStore.put(store, key, [blob])
+        store.put(key, [blob])
     return store
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pickle
 import random
+import tempfile
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -127,6 +129,49 @@ def test_exclude_accepts_either_quote_and_one_string(ga: Any, memory_url: str) -
     assert report.ok, report
 
 
+@pytest.mark.parametrize("options", [
+    {"every": 3, "keep": 1},
+    {"every": "1h", "restarts": 2},
+    {"serializer": "cloudpickle"},
+    {"signing_key": "k" * 32},
+    {"capture_rng": False},
+])
+def test_the_function_options_are_used_and_do_not_matter(options: dict[str, Any]) -> None:
+    """Whatever every, keep or restarts say, every step is audited with the same serializer."""
+    body = checkpointed(store="memory://never-used", **options)(targets.numpy_walk.__wrapped__)
+    if not options.get("capture_rng", True):
+        report = body.audit(8, 5, 3)  # numpy's global RNG, not captured: resumes differ
+        assert not report.ok and report.path == "state['x'][0, 0]", report
+        return
+    report = body.audit(8, 5, 3, steps=4)
+    assert report.ok, report
+    assert (report.steps, report.resumes) == (4, 4)
+    assert MemoryStore("never-used").list("") == []
+
+
+def test_the_path_starts_with_the_state_argument_name() -> None:
+    """state_arg="ckpt" names paths ckpt[...]."""
+    @checkpointed(state_arg="ckpt")
+    def clock(n: int, *, ckpt: Any = None) -> Generator[Any]:
+        ckpt = ckpt or {"t": []}
+        while len(ckpt["t"]) < n:
+            ckpt["t"].append(time.time())
+            yield ckpt
+
+    report = clock.audit(4, steps=2)
+    assert (report.ok, report.path) == (False, "ckpt['t'][0]")
+
+
+@settings(max_examples=10)
+@given(size=st.integers(1, 6), seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 4))
+def test_any_numpy_walk_passes_and_a_module_rng_always_fails(size: int, seed: int,
+                                                             steps: int) -> None:
+    """For any problem size, seed and number of steps: the verdicts do not depend on them."""
+    assert targets.numpy_walk.audit(steps + 1, size, seed, steps=steps).ok
+    report = targets.draws_from_module_rng.audit(steps + 1, steps=steps)
+    assert (report.ok, report.step, report.resumed_from) == (False, 1, 0)
+
+
 # -- it never touches the real run ----------------------------------------------------
 
 def test_never_touches_the_real_run_the_arguments_or_the_global_rngs(
@@ -156,6 +201,15 @@ def test_never_touches_the_real_run_the_arguments_or_the_global_rngs(
     assert (random.getstate(), pickle.dumps(np.random.get_state())) == before
     assert not real.exists()
     assert body.latest(log, 6) is None
+
+
+def test_a_fresh_process_audit_leaves_no_files(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store copies the new interpreters resume from are deleted afterwards."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    report = targets.Walker(1.5).walk.audit(5, steps=2, fresh_process=True)
+    assert report.ok, report
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- what it refuses ------------------------------------------------------------------
