@@ -16,7 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from resumable import ConfigurationError, checkpointed
+from resumable import ConfigurationError, ResumableError, checkpointed
 from resumable._audit import AuditReport, first_difference
 from resumable.stores._memory import MemoryStore
 from tests import audit_targets as targets
@@ -202,6 +202,13 @@ def test_never_touches_the_real_run_the_arguments_or_the_global_rngs(
     assert not real.exists()
     assert body.latest(log, 6) is None
 
+    body([], 4)  # a real run, completed, in the real store under the real run id
+    files = {p: p.read_bytes() for p in real.rglob("*") if p.is_file()}
+    assert files and all("the-real-run" in str(p) for p in files)
+    report = body.audit([], 4, steps=3)  # runs the body: no stored result is returned
+    assert (report.ok, report.steps, report.resumes) == (True, 3, 3)
+    assert {p: p.read_bytes() for p in real.rglob("*") if p.is_file()} == files
+
 
 def test_a_fresh_process_audit_leaves_no_files(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,6 +217,26 @@ def test_a_fresh_process_audit_leaves_no_files(tmp_path: Path,
     report = targets.Walker(1.5).walk.audit(5, steps=2, fresh_process=True)
     assert report.ok, report
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_body_that_returns_before_steps_is_audited_as_far_as_it_goes() -> None:
+    """steps=5 on a two-step run audits two steps; a run with no yield has nothing to audit."""
+    report = targets.numpy_walk.audit(2, 3, 1, steps=5)
+    assert (report.ok, report.steps, report.resumes) == (True, 2, 2)
+    report = targets.numpy_walk.audit(0, 3, 1)
+    assert (report.ok, report.steps, report.resumes) == (True, 0, 0)
+
+
+def test_an_uninterrupted_run_that_raises_is_an_error_not_a_verdict() -> None:
+    """Nothing to compare with: the audit says what the body raised, and where."""
+    @checkpointed()
+    def broken(n: int, *, state: Any = None) -> Generator[Any]:
+        yield {"step": 1}
+        raise ValueError("bad input")
+
+    with pytest.raises(ResumableError, match=r"uninterrupted run raised ValueError: bad input "
+                                             r"at step 2"):
+        broken.audit(5)
 
 
 # -- what it refuses ------------------------------------------------------------------
