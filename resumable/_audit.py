@@ -12,6 +12,7 @@ arguments, and the global RNGs are put back as they were.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copyreg
 import dataclasses
@@ -162,14 +163,10 @@ class _Walker:
             return self._pickled(a, b, path)
         if isinstance(a, dict):
             return self._dict(a, b, path) or self._attrs(a, b, path)
-        if isinstance(a, (list, tuple)):
+        if isinstance(a, (list, tuple, collections.deque)):
             return self._sequence(a, b, path) or self._attrs(a, b, path)
         if isinstance(a, (set, frozenset)):
-            if a != b:
-                only_a, only_b = _sorted_show(a - b), _sorted_show(b - a)
-                return Difference(path, "elements differ", f"only here: {only_a}",
-                                  f"only here: {only_b}")
-            return self._attrs(a, b, path)
+            return self._set(a, b, path) or self._attrs(a, b, path)
         if hasattr(a, "__dict__") or _slot_names(ta):
             return self._attrs(a, b, path)
         return self._pickled(a, b, path)
@@ -239,6 +236,24 @@ class _Walker:
         if len(a) != len(b):
             return self.diff(path, f"lengths differ: {len(a)} / {len(b)}", a, b)
         return None
+
+    def _set(self, a: Any, b: Any, path: str) -> Difference | None:
+        """Sets by their elements (not their order), the same bits being the same element."""
+        # By pickles: 0.0 == -0.0, and two NaN objects are never ==.
+        elements_a, elements_b = self._elements(a), self._elements(b)
+        if elements_a == elements_b if elements_a is not None else a == b:
+            return None
+        if not a - b and not b - a:  # equal by ==, not by bits
+            return Difference(path, "elements differ in their bits", _sorted_show(a),
+                              _sorted_show(b))
+        return Difference(path, "elements differ", f"only here: {_sorted_show(a - b)}",
+                          f"only here: {_sorted_show(b - a)}")
+
+    def _elements(self, items: Any) -> list[bytes] | None:
+        try:
+            return sorted(self.dumps(x) for x in items)
+        except Exception:
+            return None
 
     def _attrs(self, a: Any, b: Any, path: str) -> Difference | None:
         attrs_a, attrs_b = _attributes(a), _attributes(b)
@@ -333,16 +348,9 @@ class _TempStore:
         self._objects: dict[str, bytes] = {}
         self._saved = threading.Condition()
         self._steps: set[int] = set()
-        self._failure: BaseException | None = None
 
     def put(self, key: str, data: Payload) -> None:
-        try:
-            blob = join_payload(data)
-        except BaseException as err:
-            with self._saved:
-                self._failure = err
-                self._saved.notify_all()
-            raise
+        blob = join_payload(data)
         parsed = parse_ckpt_name(key.rsplit("/", 1)[-1])
         with self._saved:
             self._objects[key] = blob
@@ -383,14 +391,11 @@ class _TempStore:
     def wait_for_checkpoint(self, step: int) -> None:
         """Block until the checkpoint of ``step`` is stored (saves run in the background)."""
         with self._saved:
-            landed = self._saved.wait_for(
-                lambda: step in self._steps or self._failure is not None, timeout=_SAVE_WAIT)
-            if self._failure is not None:
-                raise ResumableError(f"audit: saving step {step} in its temporary store "
-                                     f"failed: {self._failure}") from self._failure
-            if not landed:
-                raise ResumableError(f"audit: the checkpoint of step {step} was not saved "
-                                     f"within {_SAVE_WAIT:.0f} s in its temporary store")
+            if not self._saved.wait_for(lambda: step in self._steps, timeout=_SAVE_WAIT):
+                raise ResumableError(
+                    f"audit: the checkpoint of step {step} was not written to the audit's "
+                    f"in-memory store within {_SAVE_WAIT:.0f} s; this is a bug in resumable, "
+                    "please report it with the function's options")
 
     def objects_until(self, run_id: str, step: int) -> dict[str, bytes]:
         """The run's objects as they were at ``step``: no later checkpoint, no result."""
@@ -451,6 +456,7 @@ class _Outcome:
 
     states: list[bytes]
     stopped: str | None = None  # "returned" or "raised <Type>: <message>"
+    error: Exception | None = None
 
 
 def _drive(states: Iterator[Any], count: int, dumps: Callable[[Any], bytes],
@@ -464,7 +470,7 @@ def _drive(states: Iterator[Any], count: int, dumps: Callable[[Any], bytes],
                 out.stopped = "returned"
                 break
             except Exception as err:
-                out.stopped = f"raised {type(err).__name__}: {err}"
+                out.stopped, out.error = f"raised {type(err).__name__}: {err}", err
                 break
             out.states.append(dumps(state))
             if check is not None and not check(len(out.states), out.states[-1]):
@@ -665,7 +671,8 @@ class _Audit:
         if outcome.stopped is not None and outcome.stopped != "returned":
             raise ResumableError(
                 f"audit of {self.name}: the uninterrupted run {outcome.stopped} at step "
-                f"{len(self.expected) + 1}; fix that first, the audit compares resumes with it")
+                f"{len(self.expected) + 1}; fix that first, the audit compares resumes with it"
+            ) from outcome.error
 
     def _difference(self, step: int, blob: bytes) -> Difference | None:
         if _digest(blob) == self.digests[step - 1]:

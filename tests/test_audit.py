@@ -369,6 +369,9 @@ def test_sets_dict_order_and_exclusions() -> None:
     """Sets by elements, dicts by keys in order; an excluded path is skipped."""
     diff = first_difference({"s": {"a", "b"}}, {"s": {"a", "c"}})
     assert diff is not None and diff.path == "state['s']" and "'b'" in diff.expected
+    nan = float("nan")
+    assert first_difference({nan, 1.0}, pickle.loads(pickle.dumps({nan, 1.0}))) is None
+    assert first_difference({0.0}, {-0.0}) is not None
     diff = first_difference({"a": 1, "b": 2}, {"b": 2, "a": 1})
     assert diff is not None and diff.reason == "same keys in another order"
     assert first_difference({"t": 1.0, "x": 2}, {"t": 9.0, "x": 2}, exclude=["state['t']"]) is None
