@@ -110,3 +110,18 @@ class Walker:
             state["seen"].append(self.calls)
             state["step"] += 1
             yield state
+
+
+class Sampler:
+    """Draws from an RNG held by the object (self.rng), outside the state."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    @checkpointed(store=STORE)
+    def run(self, n: int, *, state: dict[str, Any] | None = None) -> Generator[Any]:
+        state = state or {"step": 0, "xs": []}
+        while state["step"] < n:
+            state["xs"].append(float(self.rng.normal()))
+            state["step"] += 1
+            yield state

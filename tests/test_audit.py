@@ -129,6 +129,50 @@ def test_exclude_accepts_either_quote_and_one_string(ga: Any, memory_url: str) -
     assert report.ok, report
 
 
+def _really_resumes_identically(fn: Any, make_args: Any, n: int, crash_after: int) -> bool:
+    """The experiment the audit stands for: stop after a step, resume with new arguments."""
+    def states(store: str, stop: int | None = None) -> list[bytes]:
+        it = checkpointed(store=store, run_id="really")(fn).iter(*make_args())
+        out = []
+        for state in it:
+            out.append(pickle.dumps(state, protocol=5))
+            if len(out) == stop:
+                it.close()  # saves that step, as a SIGTERM would
+                break
+        return out
+
+    tag = f"really-{fn.__qualname__}-{crash_after}"
+    start = (random.getstate(), np.random.get_state())
+    try:
+        expected = states(f"memory://{tag}-a")
+        random.setstate(start[0])  # both runs start from the same global RNGs
+        np.random.set_state(start[1])
+        resumed = states(f"memory://{tag}-b", crash_after)[:crash_after]
+        resumed += states(f"memory://{tag}-b")
+    finally:
+        MemoryStore(f"{tag}-a").clear()
+        MemoryStore(f"{tag}-b").clear()
+    return all(first_difference(pickle.loads(x), pickle.loads(y)) is None
+               for x, y in zip(expected, resumed, strict=True))
+
+
+@pytest.mark.parametrize(("fn", "make_args"), [
+    (targets.draws_from_module_rng.__wrapped__, lambda: (4,)),
+    (targets.reads_the_clock.__wrapped__, lambda: (4,)),
+    (targets.iterates_a_set.__wrapped__, lambda: (4,)),
+    (targets.numpy_walk.__wrapped__, lambda: (4, 6, 9)),
+    (targets.Walker.walk.__wrapped__, lambda: (targets.Walker(0.5), 4)),
+    (targets.Walker.counts.__wrapped__, lambda: (targets.Walker(0.5), 4)),
+    (targets.Sampler.run.__wrapped__, lambda: (targets.Sampler(4), 4)),
+], ids=["module-rng", "clock", "set", "numpy", "method", "counter-on-self", "rng-on-self"])
+def test_the_verdict_agrees_with_a_real_interrupted_run(fn: Any, make_args: Any) -> None:
+    """ok exactly when stopping after step 1, 2 or 3 and resuming gives the same states."""
+    really = all(_really_resumes_identically(fn, make_args, 4, k) for k in (1, 2, 3))
+    report = checkpointed(store="memory://never-used")(fn).audit(*make_args(), steps=4)
+    assert report.ok == really, report
+    assert MemoryStore("never-used").list("") == []
+
+
 @pytest.mark.parametrize("options", [
     {"every": 3, "keep": 1},
     {"every": "1h", "restarts": 2},
