@@ -517,6 +517,9 @@ def _check_importable(fn: CheckpointedFunction[Any, Any]) -> tuple[str, str]:
     module, qualname = func.__module__, func.__qualname__
     how = (f"f.audit(fresh_process=True) resumes {qualname} in a new interpreter, which must "
            "import it by module path")
+    if not sys.executable:
+        raise ConfigurationError(f"{how}, but this interpreter does not know its own path "
+                                 "(sys.executable is empty); use fresh_process=False")
     if module == "__main__":
         raise ConfigurationError(
             f"{how}, but it is defined in __main__ (a script or a notebook): move it into a "
