@@ -398,16 +398,16 @@ class _TempStore:
                     "please report it with the function's options")
 
     def objects_until(self, run_id: str, step: int) -> dict[str, bytes]:
-        """The run's objects as they were at ``step``: no later checkpoint, no result."""
+        """The run's objects as a restart after ``step`` finds them: its newest checkpoint
+        is that of ``step`` (older ones are left out, to save memory), and no result."""
+        with self._saved:
+            items = [(k, v) for k, v in self._objects.items() if k.startswith(run_id + "/")]
         out = {}
-        for key in self.list(run_id + "/"):
+        for key, blob in items:
             name = key.rsplit("/", 1)[-1]
             parsed = parse_ckpt_name(name)
-            if name == RESULT or (parsed is not None and parsed[1] > step):
-                continue
-            blob = self.get(key)
-            if blob is not None:
-                out[key] = bytes(blob)
+            if name != RESULT and (parsed is None or parsed[1] == step):
+                out[key] = blob  # bytes: shared, never copied
         return out
 
 
