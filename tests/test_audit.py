@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -252,6 +253,23 @@ def test_never_touches_the_real_run_the_arguments_or_the_global_rngs(
     report = body.audit([], 4, steps=3)  # runs the body: no stored result is returned
     assert (report.ok, report.steps, report.resumes) == (True, 3, 3)
     assert {p: p.read_bytes() for p in real.rglob("*") if p.is_file()} == files
+
+
+def test_a_function_saving_to_s3_is_audited_without_opening_s3() -> None:
+    """The real store is never opened: no bucket, no endpoint, no credentials needed."""
+    body = checkpointed(store="s3://no-such-bucket/runs")(targets.numpy_walk.__wrapped__)
+    report = body.audit(6, 4, 1, steps=3)
+    assert report.ok, report
+
+
+def test_an_audit_in_another_thread() -> None:
+    """Runs started outside the main thread (no signal handler) are audited the same."""
+    reports: list[AuditReport] = []
+    worker = threading.Thread(target=lambda: reports.append(
+        targets.Walker(1.0).walk.audit(5, steps=3)))
+    worker.start()
+    worker.join()
+    assert len(reports) == 1 and reports[0].ok, reports
 
 
 def test_a_fresh_process_audit_leaves_no_files(tmp_path: Path,
