@@ -129,6 +129,7 @@ class _Walker:
         self.dumps = dumps
         self.exclude = exclude
         self.seen: set[tuple[int, int]] = set()
+        self.classes: dict[tuple[int, int], bool] = {}
 
     def diff(self, path: str, reason: str, a: Any, b: Any) -> Difference:
         ea, eb = _show(a), _show(b)
@@ -141,7 +142,7 @@ class _Walker:
         if path in self.exclude or a is b:
             return None
         ta, tb = type(a), type(b)
-        if ta is not tb:
+        if ta is not tb and not self._same_class(ta, tb):
             return self.diff(path, f"types differ: {_tname(ta)} / {_tname(tb)}", a, b)
         pair = (id(a), id(b))
         if pair in self.seen:  # shared or cyclic structure: compared once
@@ -170,6 +171,19 @@ class _Walker:
         if hasattr(a, "__dict__") or _slot_names(ta):
             return self._attrs(a, b, path)
         return self._pickled(a, b, path)
+
+    def _same_class(self, ta: type, tb: type) -> bool:
+        """Two class objects of one definition: DEAP's creator classes pickle by value, so
+        each load makes a new class object."""
+        if (ta.__module__, ta.__qualname__) != (tb.__module__, tb.__qualname__):
+            return False
+        key = (id(ta), id(tb))
+        if key not in self.classes:
+            try:
+                self.classes[key] = self.dumps(ta) == self.dumps(tb)
+            except Exception:
+                self.classes[key] = False
+        return self.classes[key]
 
     def _numpy(self, np: Any, a: Any, b: Any, path: str) -> Any:
         if isinstance(a, np.ndarray):

@@ -125,3 +125,36 @@ class Sampler:
             state["xs"].append(float(self.rng.normal()))
             state["step"] += 1
             yield state
+
+
+# DEAP: individuals are list subclasses with a .fitness; evaluation may be noisy.
+from deap import base, creator, tools  # noqa: E402
+
+if not hasattr(creator, "AuditFitnessMin"):
+    creator.create("AuditFitnessMin", base.Fitness, weights=(-1.0,))
+    creator.create("AuditIndividual", list, fitness=creator.AuditFitnessMin)
+NOISE = random.Random(11)  # a noisy fitness from a generator outside the state
+
+
+def _deap_generation(population: list[Any], noisy: bool) -> list[Any]:
+    offspring = [creator.AuditIndividual(ind) for ind in tools.selTournament(
+        population, len(population), tournsize=3)]
+    for child in offspring:
+        tools.mutGaussian(child, mu=0.0, sigma=0.2, indpb=0.3)
+        child.fitness.values = (sum(x * x for x in child) + (NOISE.random() if noisy else 0),)
+    return offspring
+
+
+@checkpointed(store=STORE)
+def deap_sphere(n: int, noisy: bool = False, *,
+                state: dict[str, Any] | None = None) -> Generator[Any]:
+    if state is None:
+        population = [creator.AuditIndividual(random.uniform(-1, 1) for _ in range(4))
+                      for _ in range(12)]
+        for ind in population:
+            ind.fitness.values = (sum(x * x for x in ind),)
+        state = {"gen": 0, "population": population}
+    while state["gen"] < n:
+        state["population"] = _deap_generation(state["population"], noisy)
+        state["gen"] += 1
+        yield state

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import re
 import tempfile
 import threading
 import time
@@ -97,6 +98,22 @@ def test_a_method_passes(fresh_process: bool) -> None:
     report = targets.Walker(2.5).walk.audit(7, steps=2, fresh_process=fresh_process)
     assert report.ok, report
     assert (report.steps, report.resumes) == (2, 2)
+
+
+@pytest.mark.parametrize("fresh_process", [False, True])
+def test_a_deap_loop_passes(fresh_process: bool) -> None:
+    """DEAP individuals (list subclasses with a fitness) drawn from the captured random."""
+    report = targets.deap_sphere.audit(6, steps=3, fresh_process=fresh_process)
+    assert report.ok, report
+
+
+def test_a_noisy_deap_fitness_is_named_down_to_its_value() -> None:
+    """A fitness drawn from a generator outside the state: the path ends in .fitness."""
+    report = targets.deap_sphere.audit(6, True, steps=3)
+    assert not report.ok
+    assert report.path is not None
+    assert re.fullmatch(r"state\['population'\]\[\d+\]\.fitness\.wvalues\[0\]",
+                        report.path), report
 
 
 @pytest.fixture
