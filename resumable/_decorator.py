@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import _identity, _rng, _settings, _signals
+from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Progress
@@ -130,6 +131,12 @@ class CheckpointedFunction(Generic[P, R]):
         """Run (or resume) and yield each newly produced state; empty for a completed run."""
         return self._execution(args, kwargs).states()
 
+    def audit(self, *args: Any, steps: int = 5, fresh_process: bool = False,
+              exclude: Iterable[str] = (), **kwargs: Any) -> AuditReport:
+        """Check that resuming this call gives the uninterrupted states bit for bit (_audit)."""
+        return audit(self, args, kwargs, steps=steps, fresh_process=fresh_process,
+                     exclude=exclude)
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         states = self._execution(args, kwargs).states()
         while True:
@@ -160,6 +167,9 @@ class _BoundCheckpointed:
 
     def reset(self, *args: Any, **kwargs: Any) -> None:
         self._fn.reset(self._obj, *args, **kwargs)
+
+    def audit(self, *args: Any, **kwargs: Any) -> AuditReport:
+        return self._fn.audit(self._obj, *args, **kwargs)
 
 
 @dataclass(frozen=True)

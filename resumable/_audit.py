@@ -1,0 +1,770 @@
+"""``f.audit``: does a resumed run yield the uninterrupted run's states, bit for bit?
+
+The audit runs the first ``steps`` generations uninterrupted in a private temporary
+store, then resumes from every checkpoint it wrote (step 0, i.e. a restart before the
+first yield, up to ``steps - 1``) through the real resume path, with the decorated
+function's own options (serializer, ``capture_rng``, ``state_arg``...), and compares
+each later state with the uninterrupted one: digests of the pickled states first, then
+a walk that names the first differing path (``state['population'][3].fitness``).
+The user's store, run and arguments are never touched: the calls get copies of the
+arguments, and the global RNGs are put back as they were.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copyreg
+import dataclasses
+import hashlib
+import importlib
+import json
+import logging
+import os
+import pickle
+import random
+import re
+import reprlib
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import _rng
+from ._errors import ConfigurationError, ResumableError
+from ._policy import parse_every
+from ._run import RESULT, parse_ckpt_name
+from .stores import open_store
+from .stores._base import Payload, join_payload
+
+if TYPE_CHECKING:
+    from ._decorator import CheckpointedFunction
+    from .serializers import Serializer
+
+log = logging.getLogger("resumable")
+
+# How long the uninterrupted run may take to write one checkpoint to the in-memory store.
+_SAVE_WAIT = 300.0
+
+
+@dataclass(frozen=True, repr=False)
+class AuditReport:
+    """What ``f.audit(...)`` found. ``ok`` is True when every resumed state was identical."""
+
+    ok: bool
+    step: int | None = None  # the first step whose resumed state differs
+    path: str | None = None  # where in that state, e.g. "state['pop'][3]"
+    detail: str | None = None  # why, with both values' reprs
+    resumed_from: int | None = None  # the checkpoint the divergent resume started from
+    function: str = ""
+    steps: int = 0  # yields of the uninterrupted run that were compared against
+    resumes: int = 0  # resumes run and compared
+    fresh_process: bool = False
+
+    def __str__(self) -> str:
+        where = "in a fresh interpreter each" if self.fresh_process else "in this process"
+        head = (f"audit of {self.function}: {self.steps} step(s) uninterrupted, "
+                f"{self.resumes} resume(s) {where}: ")
+        if self.ok:
+            return head + "every resumed state is bit-identical to the uninterrupted run"
+        lines = [head + "DIVERGES",
+                 f"  first divergent step: {self.step} (resumed from step {self.resumed_from})"]
+        if self.path is not None:
+            lines.append(f"  path: {self.path}")
+        lines.append(f"  detail: {self.detail}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return (f"AuditReport(ok=True, function={self.function!r}, steps={self.steps}, "
+                    f"resumes={self.resumes})")
+        return (f"AuditReport(ok=False, step={self.step}, path={self.path!r}, "
+                f"resumed_from={self.resumed_from}, detail={self.detail!r})")
+
+
+# -- comparing two states -------------------------------------------------------------
+
+_repr = reprlib.Repr()
+_repr.maxstring = 80
+_repr.maxother = 80
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 6
+
+
+def _show(value: Any) -> str:
+    try:
+        text = _repr.repr(value)
+    except Exception as err:  # a broken __repr__ must not hide the finding
+        text = f"<{type(value).__qualname__}: repr failed: {err}>"
+    return text
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    reason: str
+    expected: str  # repr in the uninterrupted run
+    actual: str  # repr in the resumed run
+
+
+def _float_bits(x: float) -> bytes:
+    return struct.pack(">d", x)  # big-endian: its hex reads as the IEEE 754 word
+
+
+class _Walker:
+    """Finds the first path where two states differ: equal means the same bits.
+
+    Floats compare by their bits (NaN equals NaN, -0.0 differs from 0.0), numpy arrays by
+    dtype, shape and bytes, containers element by element, objects by their attributes.
+    """
+
+    def __init__(self, dumps: Callable[[Any], bytes], exclude: frozenset[str]) -> None:
+        self.dumps = dumps
+        self.exclude = exclude
+        self.seen: set[tuple[int, int]] = set()
+        self.classes: dict[tuple[int, int], bool] = {}
+
+    def diff(self, path: str, reason: str, a: Any, b: Any) -> Difference:
+        ea, eb = _show(a), _show(b)
+        if ea == eb and isinstance(a, float) and isinstance(b, float):
+            ea = f"{ea} (bits {_float_bits(a).hex()})"
+            eb = f"{eb} (bits {_float_bits(b).hex()})"
+        return Difference(path, reason, ea, eb)
+
+    def walk(self, a: Any, b: Any, path: str) -> Difference | None:
+        if path in self.exclude or a is b:
+            return None
+        ta, tb = type(a), type(b)
+        if ta is not tb and not self._same_class(ta, tb):
+            return self.diff(path, f"types differ: {_tname(ta)} / {_tname(tb)}", a, b)
+        pair = (id(a), id(b))
+        if pair in self.seen:  # shared or cyclic structure: compared once
+            return None
+        self.seen.add(pair)
+        np = sys.modules.get("numpy")
+        if np is not None:
+            found = self._numpy(np, a, b, path)
+            if found is not NotImplemented:
+                return found  # type: ignore[no-any-return]
+        if isinstance(a, random.Random):
+            return self.walk(a.getstate(), b.getstate(), path + ".getstate()")
+        if isinstance(a, (int, float, complex, str, bytes, bytearray)) or a is None:
+            if _scalar_key(a) != _scalar_key(b):
+                return self.diff(path, "values differ", a, b)
+            return self._attrs(a, b, path)
+        if isinstance(a, (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                          types.ModuleType, type)):
+            return self._pickled(a, b, path)
+        if isinstance(a, dict):
+            return self._dict(a, b, path) or self._attrs(a, b, path)
+        if isinstance(a, (list, tuple, collections.deque)):
+            return self._sequence(a, b, path) or self._attrs(a, b, path)
+        if isinstance(a, (set, frozenset)):
+            return self._set(a, b, path) or self._attrs(a, b, path)
+        if hasattr(a, "__dict__") or _slot_names(ta):
+            return self._attrs(a, b, path)
+        return self._pickled(a, b, path)
+
+    def _same_class(self, ta: type, tb: type) -> bool:
+        """Two class objects of one definition: DEAP's creator classes pickle by value, so
+        each load makes a new class object."""
+        if (ta.__module__, ta.__qualname__) != (tb.__module__, tb.__qualname__):
+            return False
+        key = (id(ta), id(tb))
+        if key not in self.classes:
+            try:
+                self.classes[key] = self.dumps(ta) == self.dumps(tb)
+            except Exception:
+                self.classes[key] = False
+        return self.classes[key]
+
+    def _numpy(self, np: Any, a: Any, b: Any, path: str) -> Any:
+        if isinstance(a, np.ndarray):
+            return self._array(np, a, b, path)
+        if isinstance(a, np.generic):
+            if a.dtype != b.dtype or a.tobytes() != b.tobytes():
+                return self.diff(path, f"values differ ({a.dtype} / {b.dtype})", a, b)
+            return None
+        if isinstance(a, np.random.Generator):
+            return self.walk(a.bit_generator.state, b.bit_generator.state,
+                             path + ".bit_generator.state")
+        if isinstance(a, np.random.RandomState):
+            return self.walk(a.get_state(legacy=False), b.get_state(legacy=False),
+                             path + ".get_state()")
+        if isinstance(a, np.random.BitGenerator):
+            return self.walk(a.state, b.state, path + ".state")
+        return NotImplemented
+
+    def _array(self, np: Any, a: Any, b: Any, path: str) -> Difference | None:
+        if a.dtype != b.dtype:
+            return Difference(path, "dtypes differ", f"dtype {a.dtype}", f"dtype {b.dtype}")
+        if a.shape != b.shape:
+            return Difference(path, "shapes differ", f"shape {a.shape}", f"shape {b.shape}")
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        if a.dtype.hasobject:
+            for i in range(flat_a.size):
+                found = self.walk(flat_a[i], flat_b[i], path + _index(np, a.shape, i))
+                if found is not None:
+                    return found
+            return None
+        if a.size == 0 or a.dtype.itemsize == 0:
+            return None
+        bytes_a = np.ascontiguousarray(flat_a).view(np.uint8).reshape(a.size, -1)
+        bytes_b = np.ascontiguousarray(flat_b).view(np.uint8).reshape(b.size, -1)
+        differs = np.flatnonzero((bytes_a != bytes_b).any(axis=1))
+        if differs.size == 0:
+            return None
+        i = int(differs[0])
+        return self.diff(path + _index(np, a.shape, i),
+                         f"{differs.size} of {a.size} element(s) differ ({a.dtype}); first",
+                         flat_a[i], flat_b[i])
+
+    def _dict(self, a: dict[Any, Any], b: dict[Any, Any], path: str) -> Difference | None:
+        keys_a, keys_b = list(a), list(b)
+        if keys_a != keys_b:
+            only_a = [k for k in keys_a if k not in b]
+            only_b = [k for k in keys_b if k not in a]
+            if not only_a and not only_b:
+                return Difference(path, "same keys in another order", _show(keys_a),
+                                  _show(keys_b))
+            return Difference(path, "keys differ", f"only here: {_show(only_a)}",
+                              f"only here: {_show(only_b)}")
+        for k in keys_a:
+            found = self.walk(a[k], b[k], f"{path}[{k!r}]")
+            if found is not None:
+                return found
+        return None
+
+    def _sequence(self, a: Any, b: Any, path: str) -> Difference | None:
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            found = self.walk(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        if len(a) != len(b):
+            return self.diff(path, f"lengths differ: {len(a)} / {len(b)}", a, b)
+        return None
+
+    def _set(self, a: Any, b: Any, path: str) -> Difference | None:
+        """Sets by their elements (not their order), the same bits being the same element."""
+        # By pickles: 0.0 == -0.0, and two NaN objects are never ==.
+        elements_a, elements_b = self._elements(a), self._elements(b)
+        if elements_a == elements_b if elements_a is not None else a == b:
+            return None
+        if not a - b and not b - a:  # equal by ==, not by bits
+            return Difference(path, "elements differ in their bits", _sorted_show(a),
+                              _sorted_show(b))
+        return Difference(path, "elements differ", f"only here: {_sorted_show(a - b)}",
+                          f"only here: {_sorted_show(b - a)}")
+
+    def _elements(self, items: Any) -> list[bytes] | None:
+        try:
+            return sorted(self.dumps(x) for x in items)
+        except Exception:
+            return None
+
+    def _attrs(self, a: Any, b: Any, path: str) -> Difference | None:
+        attrs_a, attrs_b = _attributes(a), _attributes(b)
+        if list(attrs_a) != list(attrs_b):
+            return Difference(path, "attributes differ", _show(list(attrs_a)),
+                              _show(list(attrs_b)))
+        for name, value in attrs_a.items():
+            found = self.walk(value, attrs_b[name], f"{path}.{name}")
+            if found is not None:
+                return found
+        return None
+
+    def _pickled(self, a: Any, b: Any, path: str) -> Difference | None:
+        """Objects without visible parts (C types, functions): compared by their pickles."""
+        try:
+            same = self.dumps(a) == self.dumps(b)
+        except Exception:
+            try:
+                same = bool(a == b)
+            except Exception:
+                same = False
+        return None if same else self.diff(path, "values differ", a, b)
+
+
+def _tname(t: type) -> str:
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _scalar_key(x: Any) -> Any:
+    if isinstance(x, float):
+        return _float_bits(x)
+    if isinstance(x, complex):
+        return _float_bits(x.real) + _float_bits(x.imag)
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, bytearray):
+        return bytes(x)
+    return x
+
+
+def _sorted_show(items: Iterable[Any]) -> str:
+    try:
+        return _show(sorted(items))
+    except TypeError:
+        return _show(list(items))
+
+
+def _slot_names(cls: type) -> list[str]:
+    names: list[str] = copyreg._slotnames(cls)  # type: ignore[attr-defined]
+    return names
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(getattr(obj, "__dict__", None) or {})
+    for name in _slot_names(type(obj)):
+        if name not in out and name not in ("__dict__", "__weakref__"):
+            with contextlib.suppress(AttributeError):
+                out[name] = getattr(obj, name)
+    return out
+
+
+def _index(np: Any, shape: tuple[int, ...], flat: int) -> str:
+    if len(shape) <= 1:
+        return f"[{flat}]" if shape else "[()]"
+    return "[" + ", ".join(str(int(i)) for i in np.unravel_index(flat, shape)) + "]"
+
+
+def first_difference(a: Any, b: Any, *, path: str = "state", exclude: Iterable[str] = (),
+                     dumps: Callable[[Any], bytes] | None = None) -> Difference | None:
+    """The first path where ``a`` and ``b`` differ (same bits = equal), or None."""
+    def default_dumps(x: Any) -> bytes:
+        return pickle.dumps(x, protocol=5)
+
+    walker = _Walker(dumps or default_dumps, frozenset(exclude))
+    try:
+        return walker.walk(a, b, path)
+    except RecursionError:
+        return Difference(path, "too deeply nested to compare", "?", "?")
+
+
+# -- the private store ----------------------------------------------------------------
+
+class _TempStore:
+    """The audit's own in-memory store, in no registry; it tells when a checkpoint lands.
+
+    Written out rather than derived from ``MemoryStore``, so that a write path added to
+    stores later fails here loudly instead of bypassing the notification.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.url = f"memory://resumable-audit-{label}"
+        self._objects: dict[str, bytes] = {}
+        self._saved = threading.Condition()
+        self._steps: set[int] = set()
+
+    def put(self, key: str, data: Payload) -> None:
+        blob = join_payload(data)
+        parsed = parse_ckpt_name(key.rsplit("/", 1)[-1])
+        with self._saved:
+            self._objects[key] = blob
+            if parsed is not None:
+                self._steps.add(parsed[1])
+            self._saved.notify_all()
+
+    def put_if_absent(self, key: str, data: Payload) -> bool:
+        blob = join_payload(data)
+        with self._saved:
+            if key in self._objects:
+                return False
+            self._objects[key] = blob
+            return True
+
+    def get(self, key: str) -> bytearray | None:
+        with self._saved:
+            blob = self._objects.get(key)
+        return None if blob is None else bytearray(blob)  # private and writable, as a GET
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        with self._saved:
+            blob = self._objects.get(key)
+        return None if blob is None else (blob[: max(0, n)], len(blob))
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        with self._saved:
+            keys = sorted(k for k in self._objects if k.startswith(prefix))
+        return [k for k in keys if start_after is None or k > start_after]
+
+    def delete(self, key: str) -> None:
+        with self._saved:
+            self._objects.pop(key, None)
+
+    def conditional_writes(self) -> bool:
+        return True
+
+    def wait_for_checkpoint(self, step: int) -> None:
+        """Block until the checkpoint of ``step`` is stored (saves run in the background)."""
+        with self._saved:
+            if not self._saved.wait_for(lambda: step in self._steps, timeout=_SAVE_WAIT):
+                raise ResumableError(
+                    f"audit: the checkpoint of step {step} was not written to the audit's "
+                    f"in-memory store within {_SAVE_WAIT:.0f} s; this is a bug in resumable, "
+                    "please report it with the function's options")
+
+    def objects_until(self, run_id: str, step: int) -> dict[str, bytes]:
+        """The run's objects as a restart after ``step`` finds them: its newest checkpoint
+        is that of ``step`` (older ones are left out, to save memory), and no result."""
+        with self._saved:
+            items = [(k, v) for k, v in self._objects.items() if k.startswith(run_id + "/")]
+        out = {}
+        for key, blob in items:
+            name = key.rsplit("/", 1)[-1]
+            parsed = parse_ckpt_name(name)
+            if name != RESULT and (parsed is None or parsed[1] == step):
+                out[key] = blob  # bytes: shared, never copied
+        return out
+
+
+def _store_with(label: str, objects: dict[str, bytes]) -> _TempStore:
+    store = _TempStore(label)
+    for key, blob in objects.items():
+        store.put(key, [blob])
+    return store
+
+
+# -- running the function -------------------------------------------------------------
+
+class _Call:
+    """The call's arguments; each run gets a fresh copy, as a restarted process would."""
+
+    def __init__(self, serializer: Serializer, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self.serializer = serializer
+        self.args, self.kwargs = args, kwargs
+        self.blob: bytes | None = None
+        self.error: Exception | None = None
+        try:
+            self.blob = serializer.dumps((args, kwargs))
+        except Exception as err:
+            self.error = err
+
+    def fresh(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self.blob is None:
+            return self.args, self.kwargs
+        args, kwargs = self.serializer.loads(self.blob)
+        return args, kwargs
+
+
+def _clone(fn: CheckpointedFunction[Any, Any], opts: Any, store: Any,
+           run_id: str) -> CheckpointedFunction[Any, Any]:
+    """The decorated function with its own options, saving each yield into ``store``."""
+    audit_opts = dataclasses.replace(
+        opts, store=store, run_id=run_id, keep=None, every=parse_every("generation"),
+        restarts=0, progress=False)
+    return type(fn)(fn._func, audit_opts)
+
+
+@dataclass
+class _Outcome:
+    """What a resumed run produced: pickled states, then how it stopped early, if it did."""
+
+    states: list[bytes]
+    stopped: str | None = None  # "returned" or "raised <Type>: <message>"
+    error: Exception | None = None
+
+
+def _drive(states: Iterator[Any], count: int, dumps: Callable[[Any], bytes],
+           check: Callable[[int, bytes], bool] | None = None) -> _Outcome:
+    out = _Outcome([])
+    try:
+        for _ in range(count):
+            try:
+                state = next(states)
+            except StopIteration:
+                out.stopped = "returned"
+                break
+            except Exception as err:
+                out.stopped, out.error = f"raised {type(err).__name__}: {err}", err
+                break
+            out.states.append(dumps(state))
+            if check is not None and not check(len(out.states), out.states[-1]):
+                break
+    finally:
+        close = getattr(states, "close", None)
+        if close is not None:
+            close()
+    return out
+
+
+class _QuietRuns(logging.Filter):
+    """Keeps the audit's own runs (this thread, below WARNING) out of the user's log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread or record.levelno >= logging.WARNING
+
+
+@contextlib.contextmanager
+def _quiet_runs() -> Iterator[None]:
+    quiet = _QuietRuns()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
+# -- fresh interpreters ---------------------------------------------------------------
+
+def _resolve(module: str, qualname: str) -> Any:
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return getattr(target, "_func", target)
+
+
+def _check_importable(fn: CheckpointedFunction[Any, Any]) -> tuple[str, str]:
+    func = fn._func
+    module, qualname = func.__module__, func.__qualname__
+    how = (f"f.audit(fresh_process=True) resumes {qualname} in a new interpreter, which must "
+           "import it by module path")
+    if not sys.executable:
+        raise ConfigurationError(f"{how}, but this interpreter does not know its own path "
+                                 "(sys.executable is empty); use fresh_process=False")
+    if module == "__main__":
+        raise ConfigurationError(
+            f"{how}, but it is defined in __main__ (a script or a notebook): move it into a "
+            "module, or audit it with fresh_process=False")
+    if "<locals>" in qualname:
+        raise ConfigurationError(
+            f"{how}, but it is defined inside a function (a nested function or a closure): "
+            "define it at module level, or audit it with fresh_process=False")
+    try:
+        found = _resolve(module, qualname)
+    except Exception as err:
+        raise ConfigurationError(f"{how}, but {module}.{qualname} cannot be imported: "
+                                 f"{type(err).__name__}: {err}") from err
+    if found is not func:
+        raise ConfigurationError(
+            f"{how}, but {module}.{qualname} names another object ({_show(found)}); audit "
+            "the function under its own module-level name, or use fresh_process=False")
+    return module, qualname
+
+
+def _hash_seed(k: int) -> str:
+    """A PYTHONHASHSEED other than this process's (set ones differ; random ones almost surely)."""
+    mine = os.environ.get("PYTHONHASHSEED", "")
+    base = int(mine) + 1 if mine.isdigit() else 1
+    return str((base + k) % 4294967296)
+
+
+def _resume_in_child(work: Path, k: int, target: tuple[str, str], opts: Any, run_id: str,
+                     call: _Call, objects: dict[str, bytes], count: int,
+                     ) -> tuple[_Outcome, str]:
+    folder = work / f"resume-{k}"
+    store = open_store((folder / "store").as_uri())
+    for key, blob in objects.items():
+        store.put(key, [blob])
+    try:
+        options = pickle.dumps(dataclasses.replace(opts, store=store.url, restarts=0,
+                                                   restart_on=(Exception,)), protocol=5)
+    except Exception as err:
+        raise ConfigurationError(
+            f"f.audit(fresh_process=True): the options of {target[1]} cannot be sent to a new "
+            f"interpreter ({type(err).__name__}: {err}); use fresh_process=False") from err
+    (folder / "options").write_bytes(options)
+    assert call.blob is not None
+    (folder / "call").write_bytes(call.blob)
+    spec = {"sys_path": sys.path, "module": target[0], "qualname": target[1],
+            "run_id": run_id, "count": count, "folder": str(folder)}
+    (folder / "spec.json").write_text(json.dumps(spec))
+    seed = _hash_seed(k)
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    code = ("import json, sys; spec = json.load(open(sys.argv[1])); sys.path[:] = "
+            "spec['sys_path']; from resumable._audit import _child; sys.exit(_child(spec))")
+    proc = subprocess.run([sys.executable, "-c", code, str(folder / "spec.json")], env=env,
+                          capture_output=True, text=True, check=False)
+    result = folder / "outcome"
+    if proc.returncode != 0 or not result.exists():
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise ResumableError(
+            f"audit: the resume of {target[0]}.{target[1]} from step {k} in a new interpreter "
+            f"(PYTHONHASHSEED={seed}) failed with exit status {proc.returncode}:\n{tail}")
+    states, stopped = pickle.loads(result.read_bytes())
+    return _Outcome(states, stopped), seed
+
+
+def _child(spec: dict[str, Any]) -> int:
+    """In the new interpreter: resume the run from the store copy, save the states."""
+    from ._decorator import CheckpointedFunction
+
+    folder = Path(spec["folder"])
+    func = _resolve(spec["module"], spec["qualname"])
+    opts = pickle.loads((folder / "options").read_bytes())
+    args, kwargs = opts.serializer.loads((folder / "call").read_bytes())
+    fn: CheckpointedFunction[Any, Any] = CheckpointedFunction(
+        func, dataclasses.replace(opts, run_id=spec["run_id"]))
+    with _quiet_runs():
+        outcome = _drive(fn.iter(*args, **kwargs), spec["count"], opts.serializer.dumps)
+    (folder / "outcome").write_bytes(pickle.dumps((outcome.states, outcome.stopped)))
+    return 0
+
+
+# -- the audit ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Finding:
+    step: int
+    resumed_from: int
+    path: str | None
+    detail: str
+
+
+class _Audit:
+    """One ``f.audit(...)``: the uninterrupted run, then a resume from each checkpoint."""
+
+    def __init__(self, fn: CheckpointedFunction[Any, Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any], steps: int, fresh_process: bool,
+                 exclude: Iterable[str]) -> None:
+        self.fn, self.opts = fn, fn._opts
+        self.name = getattr(fn._func, "__qualname__", repr(fn._func))
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigurationError(f"{self.name}.audit: steps must be an int >= 1, "
+                                     f"got {steps!r}")
+        self.steps = steps
+        self.exclude = frozenset(_normal_path(p) for p in (
+            [exclude] if isinstance(exclude, str) else exclude))
+        self.serializer = self.opts.serializer
+        self.target = _check_importable(fn) if fresh_process else None
+        self.call = _Call(self.serializer, args, kwargs)
+        if self.call.error is not None:
+            if fresh_process:
+                raise ConfigurationError(
+                    f"{self.name}.audit(fresh_process=True): the arguments cannot be sent to "
+                    f"a new interpreter with serializer {self.serializer.name!r}: "
+                    f"{self.call.error}") from self.call.error
+            log.warning("audit of %s: the arguments cannot be copied (%s), so its runs share "
+                        "them and may change them", self.name, self.call.error)
+        self.label = uuid.uuid4().hex[:12]
+        self.run_id = f"audit-{self.label}"
+        self.reference = _TempStore(self.label)
+        self.expected: list[bytes] = []  # the uninterrupted run's pickled states
+        self.digests: list[bytes] = []
+        self.work: Path | None = None  # temporary folder for fresh interpreters
+        self.found: _Finding | None = None
+        self.resumes = 0
+
+    def run(self) -> AuditReport:
+        rng_before = _rng.capture()
+        try:
+            with _quiet_runs():
+                self._uninterrupted()
+                for k in range(len(self.expected)):
+                    if self.found is not None and k + 1 >= self.found.step:
+                        break  # a later resume cannot diverge before the divergence found
+                    self._check_resume(k)
+        finally:
+            _rng.restore(rng_before)  # as if the audit never ran
+            if self.work is not None:
+                shutil.rmtree(self.work, ignore_errors=True)
+        report = self._report()
+        log.log(logging.INFO if report.ok else logging.WARNING, "%s", report)
+        return report
+
+    def _uninterrupted(self) -> None:
+        def keep(step: int, blob: bytes) -> bool:
+            self.expected.append(blob)
+            self.digests.append(_digest(blob))
+            # Saves run in the background and may coalesce: the audit needs every one.
+            self.reference.wait_for_checkpoint(step)
+            return True
+
+        args, kwargs = self.call.fresh()
+        states = _clone(self.fn, self.opts, self.reference, self.run_id).iter(*args, **kwargs)
+        outcome = _drive(states, self.steps, self.serializer.dumps, keep)
+        if outcome.stopped is not None and outcome.stopped != "returned":
+            raise ResumableError(
+                f"audit of {self.name}: the uninterrupted run {outcome.stopped} at step "
+                f"{len(self.expected) + 1}; fix that first, the audit compares resumes with it"
+            ) from outcome.error
+
+    def _difference(self, step: int, blob: bytes) -> Difference | None:
+        if _digest(blob) == self.digests[step - 1]:
+            return None
+        # Other bytes with equal structure (a string shared in one state and not in the
+        # other, say) are no divergence: the walk decides.
+        loads = self.serializer.loads
+        return first_difference(loads(self.expected[step - 1]), loads(blob),
+                                path=self.opts.state_arg, exclude=self.exclude,
+                                dumps=self.serializer.dumps)
+
+    def _check_resume(self, k: int) -> None:
+        """Resume from the checkpoint of step ``k`` and compare every later state."""
+        self.resumes += 1
+        objects = self.reference.objects_until(self.run_id, k)
+        count = len(self.expected) - k
+        where = ""
+        if self.target is not None:
+            if self.work is None:
+                self.work = Path(tempfile.mkdtemp(prefix="resumable-audit-"))
+            outcome, seed = _resume_in_child(self.work, k, self.target, self.opts,
+                                             self.run_id, self.call, objects, count)
+            where = f" in a new interpreter (PYTHONHASHSEED={seed})"
+        else:
+            args, kwargs = self.call.fresh()
+            clone = _clone(self.fn, self.opts, _store_with(f"{self.label}-{k}", objects),
+                           self.run_id)
+            # Compared at each yield, so a divergent resume stops there.
+            outcome = _drive(clone.iter(*args, **kwargs), count, self.serializer.dumps,
+                             lambda i, blob: self._difference(k + i, blob) is None)
+        for i, blob in enumerate(outcome.states, start=1):
+            diff = self._difference(k + i, blob)
+            if diff is not None:
+                self._found(_Finding(
+                    k + i, k, diff.path, f"{diff.reason}; uninterrupted: {diff.expected}; "
+                    f"resumed from step {k}{where}: {diff.actual}"))
+                return
+        if outcome.stopped is not None and len(outcome.states) < count:
+            step = k + len(outcome.states) + 1
+            self._found(_Finding(step, k, None, (
+                f"resumed from step {k}{where}, the body {outcome.stopped} instead of "
+                f"yielding step {step}, which the uninterrupted run yielded")))
+
+    def _found(self, finding: _Finding) -> None:
+        if self.found is None or finding.step < self.found.step:
+            self.found = finding
+
+    def _report(self) -> AuditReport:
+        common: dict[str, Any] = {"function": self.name, "steps": len(self.expected),
+                                  "resumes": self.resumes,
+                                  "fresh_process": self.target is not None}
+        f = self.found
+        if f is None:
+            return AuditReport(ok=True, **common)
+        return AuditReport(ok=False, step=f.step, path=f.path, detail=f.detail,
+                           resumed_from=f.resumed_from, **common)
+
+
+def _digest(blob: bytes) -> bytes:
+    return hashlib.blake2b(blob, digest_size=32).digest()
+
+
+def _normal_path(path: str) -> str:
+    """``state["seconds"]`` as the report writes it: ``state['seconds']``."""
+    if not isinstance(path, str):
+        raise ConfigurationError(f"audit: exclude takes paths as the report prints them, such "
+                                 f"as \"state['seconds']\", not {path!r}")
+    return re.sub(r'\["([^"\'\\]*)"\]', lambda m: f"[{m.group(1)!r}]", path.strip())
+
+
+def audit(fn: CheckpointedFunction[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+          *, steps: int = 5, fresh_process: bool = False,
+          exclude: Iterable[str] = ()) -> AuditReport:
+    """See ``CheckpointedFunction.audit``."""
+    return _Audit(fn, args, kwargs, steps, fresh_process, exclude).run()
+
+
+__all__ = ["AuditReport", "Difference", "audit", "first_difference"]
