@@ -1,0 +1,92 @@
+"""What every integration shares: option handling, the run id, the checkpointed loop."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+from .._decorator import checkpointed
+from .._errors import ConfigurationError
+from .._progress import Bar
+from ._identity import Unidentifiable, digest
+
+
+def option_names() -> frozenset[str]:
+    """The ``@checkpointed`` options an integration accepts as keyword arguments."""
+    return frozenset(inspect.signature(checkpointed).parameters) - {"state_arg"}
+
+
+def split_options(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(``@checkpointed`` options, everything else) from an integration's ``**kwargs``."""
+    names = option_names()
+    ours = {k: v for k, v in kwargs.items() if k in names}
+    rest = {k: v for k, v in kwargs.items() if k not in names}
+    return ours, rest
+
+
+def check_options(func: str, options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - option_names())
+    if unknown:
+        raise TypeError(
+            f"{func}() got unexpected keyword argument(s) {', '.join(unknown)}; besides the "
+            f"library's own arguments it takes the @checkpointed options "
+            f"{', '.join(sorted(option_names()))}")
+
+
+def progress_option(options: dict[str, Any], total: int | None,
+                    postfix: Callable[[Any], Mapping[str, Any]]) -> None:
+    """``progress=True`` (or unset and later enabled) shows the total and the best fitness."""
+    value = options.get("progress", False)
+    if value is True:
+        options["progress"] = Bar(total=total, postfix=postfix)
+
+
+def run_checkpointed(
+    name: str,
+    identity: Callable[[], Mapping[str, Any]],
+    body: Callable[[Any], Generator[Any, None, Any]],
+    options: Mapping[str, Any],
+) -> Any:
+    """Run ``body(state)`` under ``@checkpointed(**options)`` as the function ``name``.
+
+    The run id is ``<name>-<hash>`` of the digest of ``identity()`` (what identifies the
+    run: seeds, sizes, operators by name, code and parameters), passed as the one argument
+    of an inner checkpointed function; the live objects reach the body through its closure.
+    A part without a stable value needs ``run_id=`` (or $RESUMABLE_RUN_ID).
+    """
+    explicit = options.get("run_id") or os.environ.get("RESUMABLE_RUN_ID")
+    try:
+        run = digest(identity())
+    except Unidentifiable as err:
+        if not explicit:
+            raise ConfigurationError(
+                f"{name}: cannot derive a run id because {err.path} has no value that is the "
+                f"same in every process ({err.reason}); pass run_id='<a name for this run>' "
+                "(or set $RESUMABLE_RUN_ID) so a restarted process finds its checkpoints"
+            ) from None
+        run = "explicit-run-id"
+    module, _, qualname = name.rpartition(".")
+
+    def gen(run: str, *, state: Any = None) -> Generator[Any, None, Any]:
+        return (yield from body(state))
+
+    gen.__module__, gen.__qualname__, gen.__name__ = module, qualname, qualname
+    return checkpointed(**options)(gen)(run)
+
+
+def adopt(target: Any, restored: Any) -> Any:
+    """Make ``target`` (the caller's object) hold ``restored``'s attributes; return it.
+
+    So the objects a caller passed in (a PyGAD instance, a callback, an optimizer) end up
+    as an uninterrupted run leaves them, even when the run resumed from a checkpoint.
+    """
+    if target is restored:
+        return target
+    if type(target) is type(restored) and hasattr(target, "__dict__") \
+            and hasattr(restored, "__dict__"):
+        vars(target).clear()
+        vars(target).update(vars(restored))
+        return target
+    return restored
