@@ -79,14 +79,22 @@ def _pymoo_identity(algorithm: Any) -> Any:
     return {k: v for k, v in vars(algorithm).items() if k not in skip}
 
 
+def _ng_identity(opt: Any) -> Any:
+    """A nevergrad optimizer by value: its parameters carry random uids, so not vars()."""
+    p = opt.parametrization
+    return {"name": getattr(opt, "name", None), "budget": opt.budget,
+            "num_workers": opt.num_workers, "asked": opt.num_ask, "told": opt.num_tell,
+            "parametrization": p.name, "dimension": p.dimension, "value": p.value,
+            # None until someone draws or seeds; then its state (the seed).
+            "random_state": vars(p).get("_random_state"),
+            "constraints": vars(p).get("_constraint_checkers")}
+
+
 _ADAPTERS = {
     "cma": _Adapter("cma", _cma_round, lambda es: bool(es.stop()), _cma_best,
                     lambda es: getattr(es, "inputargs", es)),
     "nevergrad": _Adapter("nevergrad", _ng_round, lambda opt: False, _ng_best,
-                          lambda opt: {"name": getattr(opt, "name", None),
-                                       "budget": opt.budget, "num_workers": opt.num_workers,
-                                       "parametrization": opt.parametrization,
-                                       "told": opt.num_tell}),
+                          lambda opt: _ng_identity(opt)),
     "pymoo": _Adapter("pymoo", _pymoo_round, lambda algo: not algo.has_next(), _pymoo_best,
                       _pymoo_identity),
 }

@@ -83,6 +83,8 @@ def run(ga_instance: Any, **options: Any) -> Any:
                 _generation(ga, loop)
                 yield snapshot(loop)
             _finish(ga)
+            ga._fitness_run_active = False  # as run() leaves it, in the stored result too
+            ga._shutdown_fitness_executor()
             return _attributes(ga)
         except Exception as ex:
             ga.logger.exception(ex)
