@@ -125,7 +125,8 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
     - pymoo algorithms (after ``algorithm.setup(problem, termination=..., seed=...)``):
       ``pop = algorithm.ask()``, evaluated by the problem when ``objective`` is None or
       ``F = objective(pop.get("X"))``, then ``algorithm.tell(infills=pop)``: a round is a
-      generation; it also ends when ``algorithm.has_next()`` is false.
+      generation; it also ends when ``algorithm.has_next()`` is false. The default
+      serializer is then ``"cloudpickle"`` (pymoo's GA holds local functions).
     - any other object: ``x = opt.ask(); opt.tell(x, objective(x))``.
 
     ``budget`` is the total number of rounds of the run, counted across restarts (None:
@@ -147,6 +148,10 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
                                  "(whose problem evaluates); pass the function to minimize")
     if adapter.name == "nevergrad":
         _refuse_recast(optimizer, options)
+    if adapter.name == "pymoo":
+        from .pymoo import PYMOO_SERIALIZER
+
+        options.setdefault("serializer", PYMOO_SERIALIZER)
     progress_option(options, budget, lambda state: adapter.best(state["optimizer"]))
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, Any]:

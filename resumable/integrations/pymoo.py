@@ -9,7 +9,9 @@ pymoo's random generator (``algorithm.random_state``), its population, terminati
 history. The loop is pymoo's ``minimize`` and ``Algorithm.run``; the keyword arguments
 that are ``@checkpointed`` options (``store=``, ``run_id=``, ``every=``, ``progress=``...)
 go to resumable, the others (``seed=``, ``verbose=``, ``callback=``, ``save_history=``...)
-to ``algorithm.setup`` as in pymoo. ``progress=`` is resumable's bar (with the best
+to ``algorithm.setup`` as in pymoo. The default serializer is ``"cloudpickle"``: some of
+pymoo's operators (GA's mating) hold local functions that pickle cannot save.
+``progress=`` is resumable's bar (with the best
 fitness); pymoo's own progress bar is not used.
 
 The result equals pymoo's with the same seed whether or not the process died on the
@@ -27,6 +29,10 @@ from typing import Any
 from ._common import adopt, progress_option, run_checkpointed, split_options
 
 __all__ = ["minimize"]
+
+# Some of pymoo's own operators hold local functions (GA's mating, through its
+# `default_random_state` decorator), which pickle cannot save; cloudpickle can.
+PYMOO_SERIALIZER = "cloudpickle"
 
 # Setup arguments that change what is shown, not what is computed.
 _DISPLAY_ONLY = frozenset({"verbose", "display", "progress", "output"})
@@ -51,6 +57,7 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
              **kwargs: Any) -> Any:
     """``pymoo.optimize.minimize``, one checkpoint per generation."""
     options, setup = split_options(kwargs)
+    options.setdefault("serializer", PYMOO_SERIALIZER)
     total = None
     if isinstance(termination, tuple) and len(termination) == 2 and termination[0] == "n_gen":
         total = termination[1]
