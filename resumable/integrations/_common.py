@@ -84,8 +84,13 @@ def adopt(target: Any, restored: Any) -> Any:
     """
     if target is restored:
         return target
-    if type(target) is type(restored) and hasattr(target, "__dict__") \
-            and hasattr(restored, "__dict__"):
+    # cloudpickle rebuilds classes defined in __main__ by value: the restored object's
+    # class is then a copy of the caller's (with copies of the globals its methods use);
+    # the caller's class, with this process's globals, is the one to keep.
+    same = type(target) is type(restored) or (
+        type(target).__qualname__ == type(restored).__qualname__
+        and type(target).__module__ == type(restored).__module__)
+    if same and hasattr(target, "__dict__") and hasattr(restored, "__dict__"):
         vars(target).clear()
         vars(target).update(vars(restored))
         return target
