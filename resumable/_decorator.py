@@ -473,13 +473,16 @@ class _Execution:
         return None, 0
 
     def _progress(self, initial: int) -> Progress:
-        spec = self.opts.progress
+        option = self.opts.progress
+        spec: bool | int | str = True
         total = None
         postfix = None
-        if isinstance(spec, Bar):
-            spec, postfix = (True if spec.total is None else spec.total), spec.postfix
-        elif callable(spec):
-            spec, postfix = True, spec
+        if isinstance(option, Bar):
+            spec, postfix = (True if option.total is None else option.total), option.postfix
+        elif callable(option):
+            postfix = option
+        else:
+            spec = option
         if isinstance(spec, str):
             value = self.bound.arguments.get(spec)
             total = value if isinstance(value, int) else None

@@ -283,7 +283,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 def _parse_age(text: str) -> float:
     """'7d', '12h', '30m', '90s', '2w' (or plain seconds) -> seconds."""
     t = text.strip().lower()
-    unit = _DURATION_UNITS.get(t[-1:], None)
+    unit = _DURATION_UNITS.get(t[-1:])
     number = t[:-1] if unit is not None else t
     try:
         value = float(number) * (unit or 1)
@@ -319,8 +319,8 @@ def _rm_completed(args: argparse.Namespace) -> int:
             print(f"skipping {run_id}: its result record cannot be read ({info.problem})",
                   file=sys.stderr)
             continue
-        age = now - datetime.fromisoformat(info.created).timestamp()
-        if min_age is not None and age < min_age:
+        seconds = now - datetime.fromisoformat(info.created).timestamp()
+        if min_age is not None and seconds < min_age:
             continue
         doomed.append((run_id, names, _age(info.created)))
     if not doomed:

@@ -53,7 +53,7 @@ class _Describer:
         inner.walk(obj, path, depth)
         return inner.h.digest()
 
-    def walk(self, obj: Any, path: str, depth: int = 0) -> None:  # noqa: C901
+    def walk(self, obj: Any, path: str, depth: int = 0) -> None:
         if depth > _MAX_DEPTH:
             raise Unidentifiable(path, "nested too deeply to describe")
         if obj is None or isinstance(obj, bool):
@@ -97,7 +97,7 @@ class _Describer:
         self.keep.append(obj)
         self._walk_object(obj, path, depth, np)
 
-    def _walk_object(self, obj: Any, path: str, depth: int, np: Any) -> None:  # noqa: C901
+    def _walk_object(self, obj: Any, path: str, depth: int, np: Any) -> None:
         t = type(obj)
         if isinstance(obj, type):
             self.put("type", f"{obj.__module__}.{obj.__qualname__}".encode())

@@ -35,6 +35,8 @@ from ._common import check_options, progress_option, run_checkpointed
 
 __all__ = ["run"]
 
+log = logging.getLogger("resumable")
+
 _LIVE_TYPES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,
                functools.partial, logging.Logger, concurrent.futures.Executor)
 
@@ -64,6 +66,7 @@ def run(ga_instance: Any, **options: Any) -> Any:
     """
     check_options("run", options)
     ga = ga_instance
+    _check_version()
     progress_option(options, ga.num_generations + 1, _best)
 
     def snapshot(loop: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +102,21 @@ def run(ga_instance: Any, **options: Any) -> Any:
     final = run_checkpointed("resumable.integrations.pygad.run", identity, body, options)
     vars(ga).update(final)
     return ga
+
+
+TESTED_VERSION = "3.9.2"
+_warned: list[str] = []
+
+
+def _check_version() -> None:
+    import pygad
+
+    version = getattr(pygad, "__version__", "?")
+    if version != TESTED_VERSION and version not in _warned:
+        _warned.append(version)
+        log.warning("resumable.integrations.pygad mirrors PyGAD %s's run() loop; PyGAD %s is "
+                    "installed, whose loop may differ (pip install 'resumable[pygad]' pins "
+                    "the tested version)", TESTED_VERSION, version)
 
 
 def _start(self: Any) -> dict[str, Any]:
@@ -139,10 +157,10 @@ def _start(self: Any) -> dict[str, Any]:
                 f"numeric fitness value which means the problem is single-objective. But the "
                 f"parent selection type {self.parent_selection_type} is used which only "
                 f"works for multi-objective optimization problems.")
-    elif type(self.last_generation_fitness[0]) in [list, tuple, numpy.ndarray]:
-        if self.parent_selection_type in ('nsga3', 'tournament_nsga3'):
-            self._bootstrap_nsga3_reference_points()
-    best_solution, best_solution_fitness, best_match_idx = self.best_solution(
+    elif (type(self.last_generation_fitness[0]) in [list, tuple, numpy.ndarray]
+          and self.parent_selection_type in ('nsga3', 'tournament_nsga3')):
+        self._bootstrap_nsga3_reference_points()
+    best_solution, best_solution_fitness, _ = self.best_solution(
         pop_fitness=self.last_generation_fitness)
     if self.save_best_solutions:
         self.best_solutions.append(list(best_solution))
@@ -151,7 +169,7 @@ def _start(self: Any) -> dict[str, Any]:
             "stopped": False}
 
 
-def _generation(self: Any, loop: dict[str, Any]) -> None:  # noqa: C901
+def _generation(self: Any, loop: dict[str, Any]) -> None:
     """One iteration of ``GA.run()``'s generation loop."""
     generation = loop["generation"]
     self.run_loop_head(loop["best_solution_fitness"])
@@ -168,7 +186,7 @@ def _generation(self: Any, loop: dict[str, Any]) -> None:  # noqa: C901
     self.generations_completed = generation + 1
     self.previous_generation_fitness = self.last_generation_fitness.copy()
     self.last_generation_fitness = self.cal_pop_fitness()
-    best_solution, best_solution_fitness, best_match_idx = self.best_solution(
+    best_solution, best_solution_fitness, _ = self.best_solution(
         pop_fitness=self.last_generation_fitness)
     loop["best_solution_fitness"] = best_solution_fitness
     if numpy.array_equal(previous_best_fitness, best_solution_fitness):
@@ -188,7 +206,7 @@ def _generation(self: Any, loop: dict[str, Any]) -> None:  # noqa: C901
         loop["stopped"] = _stop(self, loop["unchanged_generations"])
 
 
-def _stop(self: Any, unchanged_generations: int) -> bool:  # noqa: C901
+def _stop(self: Any, unchanged_generations: int) -> bool:
     """``GA.run()``'s ``stop_criteria`` block: True when a criterion says stop."""
     stop_run = False
     for criterion in self.stop_criteria:
@@ -223,18 +241,13 @@ def _stop(self: Any, unchanged_generations: int) -> bool:  # noqa: C901
                     if not max(self.last_generation_fitness[:, obj_idx]) >= reach_fitness_value:
                         stop_run = False
                         break
-        elif criterion[0] == "saturate":
-            if unchanged_generations >= criterion[1]:
-                stop_run = True
-                break
-        elif criterion[0] == "time":
-            if time.monotonic() - self.run_start_time >= float(criterion[1]):
-                stop_run = True
-                break
-        elif criterion[0] == "evaluations":
-            if self.num_fitness_evaluations >= int(criterion[1]):
-                stop_run = True
-                break
+        elif ((criterion[0] == "saturate" and unchanged_generations >= criterion[1])
+              or (criterion[0] == "time"
+                  and time.monotonic() - self.run_start_time >= float(criterion[1]))
+              or (criterion[0] == "evaluations"
+                  and self.num_fitness_evaluations >= int(criterion[1]))):
+            stop_run = True
+            break
     return stop_run
 
 
