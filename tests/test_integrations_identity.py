@@ -174,3 +174,52 @@ def test_ask_tell_budget_none_needs_an_optimizer_that_stops() -> None:
     with pytest.raises(ConfigurationError, match="budget=None"):
         ask_tell(ng.optimizers.OnePlusOne(parametrization=2, budget=5), worker.shifted_sphere,
                  None, store="memory://none")
+
+
+# -- the by-value description behind the run ids ----------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from resumable.integrations._identity import digest  # noqa: E402
+
+_leaves = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+           | st.text(max_size=8) | st.binary(max_size=8))
+_values = st.recursive(
+    _leaves,
+    lambda inner: (st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                   | st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+    max_leaves=20)
+
+
+@given(_values)
+def test_equal_values_built_apart_give_one_digest(value: Any) -> None:
+    """A deep copy and a pickle round trip (new objects, new addresses): the same digest."""
+    import copy
+    import pickle
+
+    assert digest({"x": value}) == digest({"x": copy.deepcopy(value)})
+    assert digest({"x": value}) == digest({"x": pickle.loads(pickle.dumps(value))})
+
+
+@given(_values, _values)
+def test_different_values_give_different_digests(a: Any, b: Any) -> None:
+    import pickle
+
+    if pickle.dumps(a) != pickle.dumps(b) and repr(a) != repr(b):
+        assert digest({"x": a}) != digest({"x": b})
+
+
+def test_functions_by_code_closures_and_partials() -> None:
+    import functools
+
+    def make(k: int) -> Any:
+        return lambda x: x + k
+
+    assert digest({"f": make(1)}) == digest({"f": make(1)})
+    assert digest({"f": make(1)}) != digest({"f": make(2)})
+    assert digest({"f": functools.partial(max, 1)}) == digest({"f": functools.partial(max, 1)})
+    assert digest({"f": functools.partial(max, 1)}) != digest({"f": functools.partial(max, 2)})
+    rng = np.random.default_rng(5)
+    assert digest({"r": rng}) == digest({"r": np.random.default_rng(5)})
+    assert digest({"r": rng}) != digest({"r": np.random.default_rng(6)})

@@ -51,7 +51,7 @@ BLOCK = _Blocker()
 
 def _canonical(obj: Any, out: list[bytes]) -> None:
     """Values only: equal results give equal bytes however their objects are shared."""
-    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
+    if isinstance(obj, (np.ndarray, np.generic)):
         arr = np.asarray(obj)
         if arr.dtype.hasobject:
             out.append(f"objarray{arr.shape}".encode())
