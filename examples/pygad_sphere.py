@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ga = make(args.generations, args.seed)
     resumable_pygad.run(ga, store=args.store)  # before: ga.run()
-    solution, best, _ = ga.best_solution()
+    _, best, _ = ga.best_solution()
     print(f"generations: {ga.generations_completed} ({CRASH['ran']} run in this process), "
           f"best fitness: {float(best)!r}")
     if args.verify:
