@@ -175,18 +175,41 @@ class _Flaky(Exception):
     pass
 
 
+@pytest.mark.parametrize("when", ["first-generation", "mid-run"])
 @pytest.mark.parametrize("lib", LIBS)
-def test_in_process_restart_gives_the_same_result(lib: str, memory_url: str) -> None:
-    """restarts=1: an objective that raises once mid-run is retried from the last
-    checkpoint, and the result is still the library's own."""
+def test_in_process_restart_gives_the_same_result(lib: str, when: str, memory_url: str) -> None:
+    """restarts=1: an objective that raises once (before the first checkpoint, or mid-run)
+    is retried from the last checkpoint, or from the caller's objects as they were passed
+    in, and the result is still the library's own."""
     expected, calls = reference(lib)
 
     def fail() -> None:
         raise _Flaky("injected")
 
-    worker.BLOCK.tick = _crash_at(worker.BLOCK, calls // 2, fail)  # type: ignore[method-assign]
+    at = 2 if when == "first-generation" else calls // 2
+    worker.BLOCK.tick = _crash_at(worker.BLOCK, at, fail)  # type: ignore[method-assign]
     try:
         worker.BLOCK.at, worker.BLOCK.calls = None, 0
         assert worker.run(lib, {"store": memory_url, "restarts": 1}) == expected
     finally:
         del worker.BLOCK.tick
+
+
+def test_pymoo_copy_algorithm_false_leaves_the_callers_algorithm(memory_url: str) -> None:
+    """copy_algorithm=False: as in pymoo, res.algorithm is the caller's object, run to the
+    end, also when the result comes from the store."""
+    import numpy as np
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.optimize import minimize
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize as rminimize
+
+    problem = get_problem("zdt1", n_var=5)
+    own = minimize(problem, NSGA2(pop_size=12), ("n_gen", 6), seed=2, copy_algorithm=False)
+    for _ in range(2):  # the run, then its stored result
+        algorithm = NSGA2(pop_size=12)
+        res = rminimize(problem, algorithm, ("n_gen", 6), seed=2, copy_algorithm=False,
+                        store=memory_url)
+        assert res.algorithm is algorithm and algorithm.n_gen == own.algorithm.n_gen
+        assert np.array_equal(res.F, own.F) and np.array_equal(res.X, own.X)

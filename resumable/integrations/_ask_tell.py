@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigurationError, SerializationError
-from ._common import adopt, check_options, progress_option, run_checkpointed
+from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
 
 
 @dataclass(frozen=True)
@@ -154,9 +154,11 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
         options.setdefault("serializer", PYMOO_SERIALIZER)
     progress_option(options, budget, lambda state: adapter.best(state["optimizer"]))
 
+    pristine = Pristine(options)
+
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, Any]:
         if state is None:
-            state = {"round": 0, "optimizer": optimizer}
+            state = {"round": 0, "optimizer": pristine.fresh(optimizer)}
         opt = state["optimizer"]
         while (budget is None or state["round"] < budget) and not adapter.done(opt):
             adapter.round(opt, objective)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from collections.abc import Callable, Generator, Mapping
@@ -74,6 +75,29 @@ def run_checkpointed(
 
     gen.__module__, gen.__qualname__, gen.__name__ = module, qualname, qualname
     return checkpointed(**options)(gen)(run)
+
+
+class Pristine:
+    """What a fresh start is given, kept as it was, for in-process restarts (``restarts=``).
+
+    A body that fails before its first checkpoint is restarted fresh, but the libraries
+    work on the caller's objects in place (DEAP sets fitness values on the individuals,
+    an optimizer counts its asks). With restarts, the first fresh start keeps a deep copy
+    and each later one starts from a copy of it, as a new process would.
+    """
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.enabled = bool(options.get("restarts", 0))
+        self.saved: Any = None
+        self.kept = False
+
+    def fresh(self, value: Any) -> Any:
+        if not self.enabled:
+            return value
+        if not self.kept:
+            self.saved, self.kept = copy.deepcopy(value), True
+            return value
+        return copy.deepcopy(self.saved)
 
 
 def adopt(target: Any, restored: Any) -> Any:

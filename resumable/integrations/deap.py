@@ -25,7 +25,7 @@ from typing import Any
 
 from deap import algorithms, tools
 
-from ._common import adopt, check_options, progress_option, run_checkpointed
+from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
 
 __all__ = ["ea_mu_comma_lambda", "ea_mu_plus_lambda", "ea_simple"]
 
@@ -47,6 +47,14 @@ def _evaluate(population: list[Any], toolbox: Any) -> int:
     for ind, fit in zip(invalid_ind, fitnesses, strict=False):
         ind.fitness.values = fit
     return len(invalid_ind)
+
+
+def _fresh(pristine: Pristine, population: list[Any], halloffame: Any) -> None:
+    """At a fresh start: the population and hall of fame as the caller passed them."""
+    items, hof = pristine.fresh((list(population), halloffame))
+    population[:] = items
+    if halloffame is not None:
+        adopt(halloffame, hof)
 
 
 def _run(name: str, population: list[Any], halloffame: Any, identity: dict[str, Any],
@@ -78,9 +86,11 @@ def ea_simple(population: list[Any], toolbox: Any, cxpb: float, mutpb: float, ng
               stats: Any = None, halloffame: Any = None, verbose: bool = __debug__,
               **options: Any) -> tuple[list[Any], Any]:
     """``deap.algorithms.eaSimple``, one checkpoint per generation (generation 0 included)."""
+    pristine = Pristine(options)
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, dict[str, Any]]:
         if state is None:
+            _fresh(pristine, population, halloffame)
             logbook = tools.Logbook()
             logbook.header = ['gen', 'nevals'] + (stats.fields if stats else [])
             nevals = _evaluate(population, toolbox)
@@ -120,8 +130,11 @@ def _mu_lambda(name: str, plus: bool, population: list[Any], toolbox: Any, mu: i
                lambda_: int, cxpb: float, mutpb: float, ngen: int, stats: Any,
                halloffame: Any, verbose: bool, options: dict[str, Any]
                ) -> tuple[list[Any], Any]:
+    pristine = Pristine(options)
+
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, dict[str, Any]]:
         if state is None:
+            _fresh(pristine, population, halloffame)
             logbook = tools.Logbook()
             logbook.header = ['gen', 'nevals'] + (stats.fields if stats else [])
             nevals = _evaluate(population, toolbox)

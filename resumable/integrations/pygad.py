@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy
 
-from ._common import check_options, progress_option, run_checkpointed
+from ._common import Pristine, check_options, progress_option, run_checkpointed
 
 __all__ = ["run"]
 
@@ -73,9 +73,12 @@ def run(ga_instance: Any, **options: Any) -> Any:
         loop["elapsed"] = time.monotonic() - ga.run_start_time
         return {"loop": loop, "ga": _attributes(ga)}
 
+    pristine = Pristine(options)
+
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, dict[str, Any]]:
         try:
             if state is None:
+                vars(ga).update(pristine.fresh(_attributes(ga)))
                 loop = _start(ga)
                 yield snapshot(loop)
             else:

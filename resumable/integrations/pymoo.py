@@ -26,7 +26,7 @@ import copy
 from collections.abc import Generator
 from typing import Any
 
-from ._common import adopt, progress_option, run_checkpointed, split_options
+from ._common import Pristine, adopt, progress_option, run_checkpointed, split_options
 
 __all__ = ["minimize"]
 
@@ -63,10 +63,11 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
         total = termination[1]
     progress_option(options, total, _best)
     callback = setup.get("callback")
+    pristine = Pristine(options if not copy_algorithm else {})
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, Any]:
         if state is None:
-            algo = copy.deepcopy(algorithm) if copy_algorithm else algorithm
+            algo = copy.deepcopy(algorithm) if copy_algorithm else pristine.fresh(algorithm)
             if algo.problem is None:
                 args = dict(setup)
                 if termination is not None:
@@ -97,6 +98,8 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
         }
 
     res = run_checkpointed("resumable.integrations.pymoo.minimize", identity, body, options)
+    if not copy_algorithm:  # pymoo then works on (and leaves) the caller's algorithm
+        res.algorithm = adopt(algorithm, res.algorithm)
     _reattach(res.algorithm, problem, callback)
     res.problem = problem
     return res
