@@ -20,7 +20,7 @@ from . import _identity, _rng, _settings, _signals
 from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
-from ._progress import Progress
+from ._progress import Bar, Progress
 from ._run import BufferPool, Checkpoint, Run, Snapshot
 from ._runid import validate_run_id
 from ._uploader import Uploader
@@ -127,9 +127,17 @@ class CheckpointedFunction(Generic[P, R]):
         n = run.reset()
         log.info("reset %s: deleted %d object(s)", run.where(), n)
 
-    def iter(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Any]:
-        """Run (or resume) and yield each newly produced state; empty for a completed run."""
-        return self._execution(args, kwargs).states()
+    def iter(self, *args: P.args, **kwargs: P.kwargs) -> RunIterator:
+        """Run (or resume) and yield each newly produced state; empty for a completed run.
+
+        The iterator's ``.result`` is the run's return value once it is exhausted (at once
+        for a completed run).
+        """
+        execution = self._execution(args, kwargs)
+        found, value = execution.stored_result()
+        if found:
+            return RunIterator(None, value)
+        return RunIterator(execution.states())
 
     def audit(self, *args: Any, steps: int = 5, fresh_process: bool = False,
               exclude: Iterable[str] = (), **kwargs: Any) -> AuditReport:
@@ -146,6 +154,64 @@ class CheckpointedFunction(Generic[P, R]):
                 return stop.value  # type: ignore[no-any-return]
 
 
+_PENDING: Any = object()
+
+
+class RunIterator(Iterator[Any]):
+    """What ``f.iter(...)`` returns: the new states, then ``.result``.
+
+    A thin wrapper around the run's generator: ``next``, ``send``, ``throw`` and
+    ``close`` pass through, and the ``StopIteration`` at the end carries the return value
+    as a generator's does.
+    """
+
+    def __init__(self, gen: Generator[Any, Any, Any] | None, result: Any = _PENDING) -> None:
+        self._gen = gen
+        self._result = result
+
+    def __iter__(self) -> RunIterator:
+        return self
+
+    def _step(self, call: Callable[[], Any]) -> Any:
+        if self._gen is None:
+            raise StopIteration(None if self._result is _PENDING else self._result)
+        try:
+            return call()
+        except StopIteration as stop:
+            self._result, self._gen = stop.value, None
+            raise StopIteration(stop.value) from None
+
+    def __next__(self) -> Any:
+        gen = self._gen
+        return self._step(lambda: next(gen))  # type: ignore[arg-type]
+
+    def send(self, value: Any) -> Any:
+        gen = self._gen
+        return self._step(lambda: gen.send(value))  # type: ignore[union-attr]
+
+    def throw(self, error: BaseException) -> Any:
+        gen = self._gen
+        return self._step(lambda: gen.throw(error))  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+
+    @property
+    def done(self) -> bool:
+        """True once the run has finished (exhausted, or complete when ``iter`` was called)."""
+        return self._result is not _PENDING
+
+    @property
+    def result(self) -> Any:
+        """The run's return value; AttributeError until the iterator is exhausted."""
+        if self._result is _PENDING:
+            raise AttributeError(
+                "the run has not finished yet: .result is set once the iterator is "
+                "exhausted (iterate to the end, e.g. `for state in it: ...`)")
+        return self._result
+
+
 class _BoundCheckpointed:
     """A decorated method bound to its instance, with the same helpers."""
 
@@ -156,7 +222,7 @@ class _BoundCheckpointed:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(self._obj, *args, **kwargs)
 
-    def iter(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+    def iter(self, *args: Any, **kwargs: Any) -> RunIterator:
         return self._fn.iter(self._obj, *args, **kwargs)
 
     def run_id(self, *args: Any, **kwargs: Any) -> str:
@@ -183,7 +249,7 @@ class _Options:
     restarts: int
     restart_on: tuple[type[BaseException], ...]
     capture_rng: bool
-    progress: bool | int | str
+    progress: bool | int | str | Bar | Callable[[Any], Any]
     signing_key: bytes | str | None
     version: str | int | None = None
     ignore: tuple[str, ...] = ()
@@ -249,6 +315,7 @@ class _Execution:
         self.step = 0
         self.held: Any = None  # the state the consumer holds (the last one yielded)
         self.outer: weakref.ref[Generator[Any, None, Any]] | None = None
+        self.checked_result: tuple[bool, Any] | None = None
 
     # -- signals (called by _signals; on_sigterm runs inside the handler: flags only) ------
 
@@ -449,27 +516,46 @@ class _Execution:
         return None, 0
 
     def _progress(self, initial: int) -> Progress:
-        spec = self.opts.progress
+        option = self.opts.progress
+        spec: bool | int | str = True
         total = None
+        postfix = None
+        if isinstance(option, Bar):
+            spec, postfix = (True if option.total is None else option.total), option.postfix
+        elif callable(option):
+            postfix = option
+        else:
+            spec = option
         if isinstance(spec, str):
             value = self.bound.arguments.get(spec)
             total = value if isinstance(value, int) else None
         elif not isinstance(spec, bool) and isinstance(spec, int):
             total = spec
-        return Progress(bool(spec), total=total, initial=initial, desc=self.fn._func.__name__)
+        return Progress(bool(spec), total=total, initial=initial, desc=self.fn._func.__name__,
+                        postfix=postfix)
 
     def states(self) -> Generator[Any, None, Any]:
         gen = self._drive()
         self.outer = weakref.ref(gen)
         return gen
 
+    def stored_result(self) -> tuple[bool, Any]:
+        """(True, result) for a completed run whose result applies to this call (checked
+        once per execution: the call's arguments first, then the result record)."""
+        if self.checked_result is None:
+            run = self.run
+            _identity.check_call(run, self.ident, self.opts.ignore)
+            found, value = run.load_result()
+            self.checked_result = (found and _identity.result_applies(run, self.ident), value)
+            if self.checked_result[0]:
+                log.info("run %s is complete; returning its stored result without running it",
+                         run.where())
+        return self.checked_result
+
     def _drive(self) -> Generator[Any, None, Any]:
         run = self.run
-        _identity.check_call(run, self.ident, self.opts.ignore)
-        found, value = run.load_result()
-        if found and _identity.result_applies(run, self.ident):
-            log.info("run %s is complete; returning its stored result without running it",
-                     run.where())
+        found, value = self.stored_result()
+        if found:
             return value
         state, step, resumed = self._start()
         if resumed is not None:
@@ -535,7 +621,7 @@ class _Execution:
                 if self.terminate:
                     self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile
                     raise _signals.terminated()
-                progress.advance(step)
+                progress.advance(step, yielded)
                 self.suspended = True
                 try:
                     yield yielded
@@ -582,7 +668,7 @@ def checkpointed(
     restarts: int = 0,
     restart_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
     capture_rng: bool = True,
-    progress: bool | int | str = False,
+    progress: bool | int | str | Bar | Callable[[Any], Any] = False,
     signing_key: bytes | str | None = None,
     version: str | int | None = None,
     ignore: Iterable[str] = (),
@@ -651,10 +737,14 @@ def _validate(**o: Any) -> _Options:
     if not isinstance(state_arg, str) or not state_arg.isidentifier():
         raise ConfigurationError(f"state_arg must be a parameter name, got {state_arg!r}")
     progress = o["progress"]
-    if not isinstance(progress, (bool, int, str)):
+    if not (isinstance(progress, (bool, int, str, Bar)) or callable(progress)):
         raise ConfigurationError(
-            f"progress must be a bool, an int total or an argument name, got {progress!r}"
+            "progress must be a bool, an int total, the name of the argument holding the "
+            "total, or a callable state -> dict of items to show on the bar, "
+            f"got {progress!r}"
         )
+    if isinstance(progress, int) and not isinstance(progress, bool) and progress < 0:
+        raise ConfigurationError(f"progress as a total must be >= 0, got {progress!r}")
     return _Options(every=policy, store=store, serializer=ser, keep=o["keep"],
                     run_id=o["run_id"], state_arg=state_arg, restarts=restarts,
                     restart_on=on, capture_rng=bool(o["capture_rng"]), progress=progress,
@@ -663,4 +753,4 @@ def _validate(**o: Any) -> _Options:
                     ignore=_identity.ignore_names(o["ignore"]))
 
 
-__all__ = ["CheckpointedFunction", "checkpointed", "default_store_url"]
+__all__ = ["CheckpointedFunction", "RunIterator", "checkpointed", "default_store_url"]

@@ -388,7 +388,86 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _parse_age(text: str) -> float:
+    """'7d', '12h', '30m', '90s', '2w' (or plain seconds) -> seconds."""
+    t = text.strip().lower()
+    unit = _DURATION_UNITS.get(t[-1:])
+    number = t[:-1] if unit is not None else t
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise CliError(f"--older-than {text!r} is not a duration; use e.g. 7d, 12h, 30m or 90s")
+    return value
+
+
+def _rm_completed(args: argparse.Namespace) -> int:
+    """``rm --completed [--older-than AGE] [STORE]``: delete runs that stored their result."""
+    url = args.store
+    if args.run_id is not None:  # `rm --completed STORE`: the one positional is the store
+        if url != default_store_url():
+            raise CliError("rm --completed deletes every completed run of a store; give only "
+                           "the STORE, not a RUN_ID (`resumable rm STORE RUN_ID` deletes one)")
+        url = args.run_id
+    min_age = _parse_age(args.older_than) if args.older_than is not None else None
+    store = open_store(url)
+    runs: dict[str, list[str]] = {}
+    for key in store.list(""):
+        run_id, sep, name = key.partition("/")
+        if sep and name:
+            runs.setdefault(run_id, []).append(name)
+    doomed: list[tuple[str, list[str], str]] = []
+    now = time.time()
+    for run_id, names in sorted(runs.items()):
+        if RESULT not in names:
+            continue
+        info = _inspect(store, run_id, RESULT, None, full=False)
+        if info.problem or info.created is None:
+            print(f"skipping {run_id}: its result record cannot be read ({info.problem})",
+                  file=sys.stderr)
+            continue
+        seconds = now - datetime.fromisoformat(info.created).timestamp()
+        if min_age is not None and seconds < min_age:
+            continue
+        doomed.append((run_id, names, _age(info.created)))
+    if not doomed:
+        print(f"no completed runs{'' if min_age is None else ' older than ' + args.older_than}"
+              f" in {store.url}")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError(f"refusing to delete {len(doomed)} completed run(s) without "
+                           "confirmation: stdin is not a terminal; pass --yes")
+        for run_id, _, age in doomed:
+            print(f"  {run_id} (completed {age} ago)")
+        answer = input(f"delete these {len(doomed)} completed run(s) from {store.url}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted", file=sys.stderr)
+            return EXIT_FAILURE
+    total = 0
+    for run_id, names, age in doomed:
+        # The result last: a run whose deletion is interrupted still shows as complete.
+        for name in sorted(names, key=lambda n: n == RESULT):
+            store.delete(f"{run_id}/{name}")
+        total += len(names)
+        print(f"deleted {run_id} (completed {age} ago, {len(names)} object(s))")
+    print(f"deleted {len(doomed)} completed run(s), {total} object(s), from {store.url}")
+    return 0
+
+
 def cmd_rm(args: argparse.Namespace) -> int:
+    if args.completed:
+        return _rm_completed(args)
+    if args.older_than is not None:
+        raise CliError("--older-than goes with --completed (`resumable rm --completed "
+                       "--older-than 7d STORE`)")
+    if args.run_id is None:
+        raise CliError("rm needs a RUN_ID (see `resumable ls`), or --completed to delete "
+                       "every completed run")
     store = open_store(args.store)
     names = _require_run(store, args.run_id)
     if not args.yes:
@@ -481,7 +560,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(func=func)
         _store_arg(p)
-        if name != "ls":
+        if name == "rm":
+            p.add_argument("run_id", metavar="RUN_ID", nargs="?",
+                           help="the run (see `resumable ls`); not with --completed")
+        elif name != "ls":
             p.add_argument("run_id", metavar="RUN_ID", help="the run (see `resumable ls`)")
         if name in ("ls", "show"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -500,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
             _key_arg(p)
         if name == "rm":
             p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+            p.add_argument("--completed", action="store_true",
+                           help="delete every completed run (one that stored its result) "
+                                "instead of one RUN_ID: `rm --completed [STORE]`")
+            p.add_argument("--older-than", metavar="AGE",
+                           help="with --completed: only runs completed at least AGE ago "
+                                "(e.g. 7d, 12h, 30m)")
     return parser
 
 

@@ -1,0 +1,121 @@
+"""What every integration shares: option handling, the run id, the checkpointed loop."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+from .._decorator import checkpointed
+from .._errors import ConfigurationError
+from .._progress import Bar
+from ._identity import Unidentifiable, digest
+
+
+def option_names() -> frozenset[str]:
+    """The ``@checkpointed`` options an integration accepts as keyword arguments."""
+    return frozenset(inspect.signature(checkpointed).parameters) - {"state_arg"}
+
+
+def split_options(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(``@checkpointed`` options, everything else) from an integration's ``**kwargs``."""
+    names = option_names()
+    ours = {k: v for k, v in kwargs.items() if k in names}
+    rest = {k: v for k, v in kwargs.items() if k not in names}
+    return ours, rest
+
+
+def check_options(func: str, options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - option_names())
+    if unknown:
+        raise TypeError(
+            f"{func}() got unexpected keyword argument(s) {', '.join(unknown)}; besides the "
+            f"library's own arguments it takes the @checkpointed options "
+            f"{', '.join(sorted(option_names()))}")
+
+
+def progress_option(options: dict[str, Any], total: int | None,
+                    postfix: Callable[[Any], Mapping[str, Any]]) -> None:
+    """``progress=True`` (or unset and later enabled) shows the total and the best fitness."""
+    value = options.get("progress", False)
+    if value is True:
+        options["progress"] = Bar(total=total, postfix=postfix)
+
+
+def run_checkpointed(
+    name: str,
+    identity: Callable[[], Mapping[str, Any]],
+    body: Callable[[Any], Generator[Any, None, Any]],
+    options: Mapping[str, Any],
+) -> Any:
+    """Run ``body(state)`` under ``@checkpointed(**options)`` as the function ``name``.
+
+    The run id is ``<name>-<hash>`` of the digest of ``identity()`` (what identifies the
+    run: seeds, sizes, operators by name, code and parameters), passed as the one argument
+    of an inner checkpointed function; the live objects reach the body through its closure.
+    A part without a stable value needs ``run_id=`` (or $RESUMABLE_RUN_ID).
+    """
+    explicit = options.get("run_id") or os.environ.get("RESUMABLE_RUN_ID")
+    try:
+        run = digest(identity())
+    except Unidentifiable as err:
+        if not explicit:
+            raise ConfigurationError(
+                f"{name}: cannot derive a run id because {err.path} has no value that is the "
+                f"same in every process ({err.reason}); pass run_id='<a name for this run>' "
+                "(or set $RESUMABLE_RUN_ID) so a restarted process finds its checkpoints"
+            ) from None
+        run = "explicit-run-id"
+    module, _, qualname = name.rpartition(".")
+
+    def gen(run: str, *, state: Any = None) -> Generator[Any, None, Any]:
+        return (yield from body(state))
+
+    gen.__module__, gen.__qualname__, gen.__name__ = module, qualname, qualname
+    return checkpointed(**options)(gen)(run)
+
+
+class Pristine:
+    """What a fresh start is given, kept as it was, for in-process restarts (``restarts=``).
+
+    A body that fails before its first checkpoint is restarted fresh, but the libraries
+    work on the caller's objects in place (DEAP sets fitness values on the individuals,
+    an optimizer counts its asks). With restarts, the first fresh start keeps a deep copy
+    and each later one starts from a copy of it, as a new process would.
+    """
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.enabled = bool(options.get("restarts", 0))
+        self.saved: Any = None
+        self.kept = False
+
+    def fresh(self, value: Any) -> Any:
+        if not self.enabled:
+            return value
+        if not self.kept:
+            self.saved, self.kept = copy.deepcopy(value), True
+            return value
+        return copy.deepcopy(self.saved)
+
+
+def adopt(target: Any, restored: Any) -> Any:
+    """Make ``target`` (the caller's object) hold ``restored``'s attributes; return it.
+
+    So the objects a caller passed in (a PyGAD instance, a callback, an optimizer) end up
+    as an uninterrupted run leaves them, even when the run resumed from a checkpoint.
+    """
+    if target is restored:
+        return target
+    # cloudpickle rebuilds classes defined in __main__ by value: the restored object's
+    # class is then a copy of the caller's (with copies of the globals its methods use);
+    # the caller's class, with this process's globals, is the one to keep.
+    same = type(target) is type(restored) or (
+        type(target).__qualname__ == type(restored).__qualname__
+        and type(target).__module__ == type(restored).__module__)
+    if same and hasattr(target, "__dict__") and hasattr(restored, "__dict__"):
+        vars(target).clear()
+        vars(target).update(vars(restored))
+        return target
+    return restored

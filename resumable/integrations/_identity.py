@@ -1,0 +1,253 @@
+"""Describe a library's objects by value, so a run id never depends on object addresses.
+
+``describe(obj, path)`` feeds a canonical, tagged byte encoding of ``obj`` into a hash:
+values by value, functions by module, name and code (with defaults, closure cells and
+``__self__``), partials by function and arguments, RNGs by their state, other objects by
+class and attributes. What has no stable value raises ``Unidentifiable`` naming its path
+(``toolbox.evaluate.__closure__[0]``), and the integrations turn that into "pass run_id=".
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import logging
+import math
+import pickle
+import random
+import struct
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import ConfigurationError
+
+
+class Unidentifiable(ConfigurationError):
+    """A part of the call has no value that is the same in every process."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+_MAX_DEPTH = 60
+
+
+class _Describer:
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.seen: dict[int, int] = {}
+        self.keep: list[Any] = []  # keeps ids valid while the walk runs
+
+    def put(self, tag: str, data: bytes = b"") -> None:
+        self.h.update(f"{tag}:{len(data)}:".encode())
+        self.h.update(data)
+
+    def sub(self, obj: Any, path: str, depth: int) -> bytes:
+        """The digest of ``obj`` alone (for sorting set and mapping items)."""
+        inner = _Describer()
+        inner.seen, inner.keep = self.seen, self.keep
+        inner.walk(obj, path, depth)
+        return inner.h.digest()
+
+    def walk(self, obj: Any, path: str, depth: int = 0) -> None:
+        if depth > _MAX_DEPTH:
+            raise Unidentifiable(path, "nested too deeply to describe")
+        if obj is None or isinstance(obj, bool):
+            self.put("const", repr(obj).encode())
+            return
+        if isinstance(obj, enum.Enum):
+            self.put("enum", f"{type(obj).__module__}.{type(obj).__qualname__}.{obj.name}"
+                     .encode())
+            return
+        if type(obj) is int:
+            self.put("int", str(obj).encode())
+            return
+        if type(obj) is float:
+            self.put("float", b"nan" if math.isnan(obj) else struct.pack("<d", obj))
+            return
+        if type(obj) is complex:
+            self.put("complex", struct.pack("<dd", obj.real, obj.imag))
+            return
+        if type(obj) is str:
+            self.put("str", obj.encode("utf-8", "surrogatepass"))
+            return
+        if type(obj) in (bytes, bytearray):
+            self.put("bytes", bytes(obj))
+            return
+        np = sys.modules.get("numpy")
+        if np is not None and isinstance(obj, np.generic):
+            self.put("npscalar", f"{obj.dtype.str}".encode() + obj.tobytes())
+            return
+        if np is not None and isinstance(obj, np.dtype):
+            self.put("dtype", obj.str.encode())
+            return
+        if type(obj) in (tuple, frozenset):  # by value: equal ones may or may not be shared
+            self._walk_object(obj, path, depth, np)
+            return
+        # Mutable containers and objects: a second visit is a reference to the first (the
+        # same script shares the same objects in every process; cycles end here).
+        if id(obj) in self.seen:
+            self.put("ref", str(self.seen[id(obj)]).encode())
+            return
+        self.seen[id(obj)] = len(self.seen)
+        self.keep.append(obj)
+        self._walk_object(obj, path, depth, np)
+
+    def _walk_object(self, obj: Any, path: str, depth: int, np: Any) -> None:
+        t = type(obj)
+        if isinstance(obj, type):
+            self.put("type", f"{obj.__module__}.{obj.__qualname__}".encode())
+            return
+        if isinstance(obj, types.ModuleType):
+            self.put("module", obj.__name__.encode())
+            return
+        if isinstance(obj, logging.Logger):
+            self.put("logger", obj.name.encode())
+            return
+        if isinstance(obj, random.Random):
+            self.put("random", f"{t.__module__}.{t.__qualname__}".encode())
+            self.walk(obj.getstate(), f"{path}.getstate()", depth + 1)
+            return
+        if np is not None:
+            if isinstance(obj, np.ndarray):
+                self.put("ndarray", f"{t.__qualname__}:{obj.dtype.str}:{obj.shape}".encode())
+                if obj.dtype.hasobject:
+                    for i, item in enumerate(obj.ravel()):
+                        self.walk(item, f"{path}[{i}]", depth + 1)
+                else:
+                    self.h.update(np.ascontiguousarray(obj).tobytes())
+                extra = getattr(obj, "__dict__", None)
+                if extra:
+                    self.walk(dict(extra), f"{path}.__dict__", depth + 1)
+                return
+            if isinstance(obj, np.random.RandomState):
+                self.put("RandomState")
+                self.walk(obj.get_state(legacy=False), f"{path}.get_state()", depth + 1)
+                return
+            if isinstance(obj, np.random.Generator):
+                self.put("Generator")
+                self.walk(obj.bit_generator.state, f"{path}.bit_generator.state", depth + 1)
+                return
+            if isinstance(obj, np.random.BitGenerator):
+                self.put("BitGenerator")
+                self.walk(obj.state, f"{path}.state", depth + 1)
+                return
+        if isinstance(obj, functools.partial):
+            self.put("partial")
+            self.walk(obj.func, f"{path}.func", depth + 1)
+            self.walk(obj.args, f"{path}.args", depth + 1)
+            self.walk(obj.keywords, f"{path}.keywords", depth + 1)
+            return
+        if isinstance(obj, types.FunctionType):
+            self._function(obj, path, depth)
+            return
+        if isinstance(obj, types.MethodType):
+            self.put("method")
+            self.walk(obj.__func__, f"{path}.__func__", depth + 1)
+            self.walk(obj.__self__, f"{path}.__self__", depth + 1)
+            return
+        if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            owner = getattr(obj, "__self__", None)
+            name = f"{getattr(obj, '__module__', None)}.{obj.__qualname__}"
+            self.put("builtin", name.encode())
+            # random.random, numpy.random.normal...: methods of the global generators,
+            # whose state the integrations describe (and capture_rng saves) on their own.
+            if owner is not None and not isinstance(owner, types.ModuleType) \
+                    and owner is not getattr(random, "_inst", None) \
+                    and not (np is not None and owner is getattr(np.random.mtrand, "_rand", None)):
+                self.walk(owner, f"{path}.__self__", depth + 1)
+            return
+        if isinstance(obj, (list, tuple)):
+            self.put(f"seq:{t.__module__}.{t.__qualname__}", str(len(obj)).encode())
+            for i, item in enumerate(obj):
+                self.walk(item, f"{path}[{i}]", depth + 1)
+            extra = getattr(obj, "__dict__", None)  # a DEAP individual's fitness
+            if extra:
+                self.walk(dict(extra), f"{path}.__dict__", depth + 1)
+            return
+        if isinstance(obj, (set, frozenset)):
+            parts = sorted(self.sub(item, f"{path}{{...}}", depth + 1) for item in obj)
+            self.put(f"set:{t.__qualname__}", b"".join(parts))
+            return
+        if isinstance(obj, Mapping):
+            items = sorted(self.sub(k, f"{path} key", depth + 1)
+                           + self.sub(v, f"{path}[{k!r}]", depth + 1) for k, v in obj.items())
+            self.put(f"map:{t.__module__}.{t.__qualname__}", b"".join(items))
+            extra = getattr(obj, "__dict__", None)
+            if extra:
+                self.walk(dict(extra), f"{path}.__dict__", depth + 1)
+            return
+        attrs = _attributes(obj)
+        if attrs is not None:
+            self.put("obj", f"{t.__module__}.{t.__qualname__}".encode())
+            self.walk(attrs, path, depth + 1)
+            return
+        # No attributes (operator.attrgetter, numpy ufuncs...): what pickle records.
+        try:
+            data = pickle.dumps(obj, protocol=4)
+        except Exception as err:
+            raise Unidentifiable(
+                path, f"a {t.__module__}.{t.__qualname__} has no value to identify it by "
+                f"({type(err).__name__}: {err})") from None
+        self.put("pickled", data)
+
+    def _function(self, fn: types.FunctionType, path: str, depth: int) -> None:
+        self.put("function", f"{fn.__module__}.{fn.__qualname__}".encode())
+        self._code(fn.__code__)
+        self.walk(fn.__defaults__, f"{path}.__defaults__", depth + 1)
+        self.walk(fn.__kwdefaults__, f"{path}.__kwdefaults__", depth + 1)
+        for i, cell in enumerate(fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                self.put("emptycell")
+                continue
+            self.walk(value, f"{path}.__closure__[{i}] ({fn.__code__.co_freevars[i]})",
+                      depth + 1)
+
+    def _code(self, code: types.CodeType) -> None:
+        # Not the line numbers: an edit above a function does not change what it does.
+        self.put("code", code.co_code)
+        self.put("names", " ".join(code.co_names + code.co_varnames).encode())
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                self._code(const)
+            else:
+                self.put("const", repr(const).encode())
+
+
+def _attributes(obj: Any) -> dict[str, Any] | None:
+    attrs: dict[str, Any] = {}
+    found = False
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict):
+        attrs.update(d)
+        found = True
+    for klass in type(obj).__mro__:
+        for name in getattr(klass, "__slots__", ()) if isinstance(
+                getattr(klass, "__slots__", ()), (tuple, list)) else ():
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                attrs[f"slot:{name}"] = getattr(obj, name)
+                found = True
+    return attrs if found else None
+
+
+def digest(parts: Mapping[str, Any]) -> str:
+    """A hex digest of ``parts`` (name -> object), equal in every process for equal values.
+
+    Raises ``Unidentifiable`` naming the first part that has no stable value.
+    """
+    d = _Describer()
+    for name in sorted(parts):
+        d.put("part", name.encode())
+        d.walk(parts[name], name)
+    return d.h.hexdigest()
+
+
+def global_random_state() -> tuple[Any, ...]:
+    """The state of the ``random`` module: DEAP draws from it, so it is part of the run."""
+    return random.getstate()

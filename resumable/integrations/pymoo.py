@@ -1,0 +1,113 @@
+"""pymoo's ``minimize``, resumable: same signature, same ``Result``.
+
+    from resumable.integrations.pymoo import minimize
+    res = minimize(problem, NSGA2(pop_size=100), ("n_gen", 200), seed=1,
+                   store="s3://bucket/moo-runs")
+
+Each generation (``algorithm.next()``) is a checkpoint of the algorithm, which holds
+pymoo's random generator (``algorithm.random_state``), its population, termination and
+history. The loop is pymoo's ``minimize`` and ``Algorithm.run``; the keyword arguments
+that are ``@checkpointed`` options (``store=``, ``run_id=``, ``every=``, ``progress=``...)
+go to resumable, the others (``seed=``, ``verbose=``, ``callback=``, ``save_history=``...)
+to ``algorithm.setup`` as in pymoo. The default serializer is ``"cloudpickle"``: some of
+pymoo's operators (GA's mating) hold local functions that pickle cannot save.
+``progress=`` is resumable's bar (with the best
+fitness); pymoo's own progress bar is not used.
+
+The result equals pymoo's with the same seed whether or not the process died on the
+way; ``res.problem`` is the problem passed in and a ``callback=`` object ends as the
+uninterrupted run leaves it. The run id comes from the problem, the algorithm, the
+termination and the setup arguments (seed included), described by value.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Generator
+from typing import Any
+
+from ._common import Pristine, adopt, progress_option, run_checkpointed, split_options
+
+__all__ = ["minimize"]
+
+# Some of pymoo's own operators hold local functions (GA's mating, through its
+# `default_random_state` decorator), which pickle cannot save; cloudpickle can.
+PYMOO_SERIALIZER = "cloudpickle"
+
+# Setup arguments that change what is shown, not what is computed.
+_DISPLAY_ONLY = frozenset({"verbose", "display", "progress", "output"})
+
+
+def _best(state: dict[str, Any]) -> dict[str, Any]:
+    algorithm = state["algorithm"]
+    opt = getattr(algorithm, "opt", None)
+    if opt is None or len(opt) == 0:
+        return {}
+    f = opt.get("F")
+    items: dict[str, Any] = {"gen": algorithm.n_iter - 1}
+    if f.shape[1] == 1:
+        items["best"] = float(f.min())
+    else:
+        items["front"] = len(opt)
+    return items
+
+
+def minimize(problem: Any, algorithm: Any, termination: Any = None,
+             copy_algorithm: bool = True, copy_termination: bool = True,
+             **kwargs: Any) -> Any:
+    """``pymoo.optimize.minimize``, one checkpoint per generation."""
+    options, setup = split_options(kwargs)
+    options.setdefault("serializer", PYMOO_SERIALIZER)
+    total = None
+    if isinstance(termination, tuple) and len(termination) == 2 and termination[0] == "n_gen":
+        total = termination[1]
+    progress_option(options, total, _best)
+    callback = setup.get("callback")
+    pristine = Pristine(options if not copy_algorithm else {})
+
+    def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, Any]:
+        if state is None:
+            algo = copy.deepcopy(algorithm) if copy_algorithm else pristine.fresh(algorithm)
+            if algo.problem is None:
+                args = dict(setup)
+                if termination is not None:
+                    args["termination"] = (copy.deepcopy(termination) if copy_termination
+                                           else termination)
+                algo.setup(problem, **args)
+            state = {"algorithm": algo}
+        else:
+            algo = state["algorithm"]
+            _reattach(algo, problem, callback)
+        while algo.has_next():
+            algo.next()
+            yield state
+        res = algo.result()
+        res.algorithm = algo
+        return res
+
+    def identity() -> dict[str, Any]:
+        already = getattr(algorithm, "problem", None) is not None
+        skip = {"display", "output", "callback", "history", "start_time"} if already else set()
+        return {
+            "problem": problem,
+            "algorithm": (type(algorithm),
+                          {k: v for k, v in vars(algorithm).items() if k not in skip}),
+            "termination": termination,
+            "copy": (copy_algorithm, copy_termination),
+            "setup": {k: v for k, v in setup.items() if k not in _DISPLAY_ONLY},
+        }
+
+    res = run_checkpointed("resumable.integrations.pymoo.minimize", identity, body, options)
+    if not copy_algorithm:  # pymoo then works on (and leaves) the caller's algorithm
+        res.algorithm = adopt(algorithm, res.algorithm)
+    _reattach(res.algorithm, problem, callback)
+    res.problem = problem
+    return res
+
+
+def _reattach(algorithm: Any, problem: Any, callback: Any) -> None:
+    """A restored algorithm works on the caller's problem and reports to its callback."""
+    if getattr(algorithm, "problem", None) is not None:
+        algorithm.problem = problem
+    if callback is not None and getattr(algorithm, "callback", None) is not None:
+        algorithm.callback = adopt(callback, algorithm.callback)

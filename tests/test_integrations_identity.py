@@ -1,0 +1,225 @@
+"""Integrations: run ids from what identifies the run, errors that say what to do, lazy imports,
+and parts pickle cannot handle."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resumable import ConfigurationError, SerializationError
+from resumable.integrations import ask_tell
+from tests.workers import integrations_worker as worker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_resumable_imports_no_ga_library() -> None:
+    """`import resumable` (and resumable.integrations) leaves the libraries unimported."""
+    code = ("import sys, resumable, resumable.integrations; "
+            "print([m for m in ('deap', 'pygad', 'pymoo', 'cma', 'nevergrad') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _runs(store: Path) -> set[str]:
+    return {p.name for p in store.iterdir()} if store.exists() else set()
+
+
+def _onemax_run(store: Path, seed: int = 12, indpb: float = 0.05, evaluate: Any = None,
+                **options: Any) -> Any:
+    from deap import tools
+
+    from resumable.integrations.deap import ea_simple
+
+    tb = worker._deap_toolbox()
+    tb.register("mutate", tools.mutFlipBit, indpb=indpb)
+    if evaluate is not None:
+        tb.register("evaluate", evaluate)
+    random.seed(seed)
+    pop = tb.population(n=10)
+    return ea_simple(pop, tb, 0.5, 0.2, 3, verbose=False, store=str(store), **options)
+
+
+def test_deap_run_id_follows_seed_and_operator_parameters(tmp_path: Path) -> None:
+    """Rebuilt toolboxes (new addresses) map to the same run; a seed or an operator
+    parameter that differs makes a new one."""
+    _onemax_run(tmp_path)
+    first = _runs(tmp_path)
+    assert len(first) == 1 and next(iter(first)).startswith(
+        "resumable.integrations.deap.ea_simple-")
+    _onemax_run(tmp_path)
+    assert _runs(tmp_path) == first
+    _onemax_run(tmp_path, seed=13)
+    assert len(_runs(tmp_path)) == 2
+    _onemax_run(tmp_path, indpb=0.1)
+    assert len(_runs(tmp_path)) == 3
+
+
+def test_lambdas_are_identified_by_code(tmp_path: Path) -> None:
+    """A lambda in the toolbox is identified by its code and constants, not its address."""
+    _onemax_run(tmp_path, evaluate=lambda ind: (sum(ind),))
+    _onemax_run(tmp_path, evaluate=lambda ind: (sum(ind),))
+    assert len(_runs(tmp_path)) == 1
+    _onemax_run(tmp_path, evaluate=lambda ind: (sum(ind) + 1,))
+    assert len(_runs(tmp_path)) == 2
+
+
+class Opaque:
+    """No attributes and no pickle: nothing to identify it by."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Opaque cannot be pickled")
+
+    def __call__(self, ind: Any) -> tuple[int]:
+        return (sum(ind),)
+
+
+def test_unidentifiable_part_needs_run_id(tmp_path: Path) -> None:
+    """A toolbox part without a stable value: the error names it and asks for run_id=."""
+    with pytest.raises(ConfigurationError) as err:
+        _onemax_run(tmp_path, evaluate=Opaque())
+    message = str(err.value)
+    assert "toolbox" in message and "evaluate" in message and "run_id=" in message
+    assert _runs(tmp_path) == set()
+    _onemax_run(tmp_path, evaluate=Opaque(), run_id="onemax-opaque")
+    assert _runs(tmp_path) == {"onemax-opaque"}
+
+
+def test_unpicklable_hall_of_fame_names_the_part_and_cloudpickle_works(tmp_path: Path) -> None:
+    """A lambda in the saved state (the hall of fame's `similar`) is a SerializationError
+    naming it; serializer="cloudpickle" saves it, with DEAP's own result."""
+    from deap import algorithms, tools
+
+    from resumable.integrations.deap import ea_simple
+
+    def run(call: Any, **options: Any) -> Any:
+        tb = worker._deap_toolbox()
+        random.seed(3)
+        pop = tb.population(n=10)
+        hof = tools.HallOfFame(2, similar=lambda a, b: a == b)
+        out, log = call(pop, tb, 0.5, 0.2, 3, halloffame=hof, verbose=False, **options)
+        return [list(i) for i in out], list(log), [list(i) for i in hof]
+
+    with pytest.raises(SerializationError) as err:
+        run(ea_simple, store=str(tmp_path))
+    assert "state['halloffame'].similar" in str(err.value)
+    assert "cloudpickle" in str(err.value)
+    expected = run(algorithms.eaSimple)
+    assert run(ea_simple, store=str(tmp_path / "cp"), serializer="cloudpickle") == expected
+
+
+def test_unknown_keyword_lists_the_options(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="store"):
+        _onemax_run(tmp_path, stor="typo")
+
+
+def test_nevergrad_recast_optimizer_fails_before_running() -> None:
+    """A recast (thread-backed) optimizer cannot be pickled: refused before its thread starts."""
+    import nevergrad as ng
+
+    opt = ng.optimizers.registry["NelderMead"](parametrization=2, budget=10)
+    threads = threading.active_count()
+    with pytest.raises(SerializationError, match="picklability"):
+        ask_tell(opt, worker.shifted_sphere, 5, store="memory://recast")
+    assert threading.active_count() == threads and opt.num_ask == 0
+
+
+def test_ask_tell_on_a_pymoo_algorithm(memory_url: str) -> None:
+    """A set-up pymoo algorithm: rounds are generations; objective=None uses its problem."""
+    from pymoo.algorithms.soo.nonconvex.ga import GA
+    from pymoo.problems import get_problem
+
+    def algorithm() -> Any:
+        algo = GA(pop_size=10)
+        algo.setup(get_problem("sphere", n_var=3), termination=("n_gen", 6), seed=4)
+        return algo
+
+    expected = algorithm()
+    while expected.has_next():
+        pop = expected.ask()
+        expected.evaluator.eval(expected.problem, pop, algorithm=expected)
+        expected.tell(infills=pop)
+    with pytest.raises(SerializationError, match=r"state\['optimizer'\]\.mating.*cloudpickle"):
+        ask_tell(algorithm(), None, None, store=memory_url, serializer="pickle")
+    ours = algorithm()  # cloudpickle by default for pymoo
+    assert ask_tell(ours, None, None, store=f"{memory_url}-2") is ours
+    assert ours.n_gen == expected.n_gen
+    assert np.array_equal(ours.pop.get("X"), expected.pop.get("X"))
+    assert np.array_equal(ours.opt.get("F"), expected.opt.get("F"))
+
+
+@pytest.mark.parametrize("budget", [-1, 2.5, True])
+def test_ask_tell_budget_must_be_a_count(budget: Any) -> None:
+    import cma
+
+    es = cma.CMAEvolutionStrategy([0.0, 0.0], 0.5, {"seed": 1, "verbose": -9})
+    with pytest.raises(ConfigurationError, match="budget"):
+        ask_tell(es, worker.shifted_sphere, budget, store="memory://budget")
+
+
+def test_ask_tell_budget_none_needs_an_optimizer_that_stops() -> None:
+    import nevergrad as ng
+
+    with pytest.raises(ConfigurationError, match="budget=None"):
+        ask_tell(ng.optimizers.OnePlusOne(parametrization=2, budget=5), worker.shifted_sphere,
+                 None, store="memory://none")
+
+
+# -- the by-value description behind the run ids ----------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from resumable.integrations._identity import digest  # noqa: E402
+
+_leaves = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+           | st.text(max_size=8) | st.binary(max_size=8))
+_values = st.recursive(
+    _leaves,
+    lambda inner: (st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                   | st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+    max_leaves=20)
+
+
+@given(_values)
+def test_equal_values_built_apart_give_one_digest(value: Any) -> None:
+    """A deep copy and a pickle round trip (new objects, new addresses): the same digest."""
+    import copy
+    import pickle
+
+    assert digest({"x": value}) == digest({"x": copy.deepcopy(value)})
+    assert digest({"x": value}) == digest({"x": pickle.loads(pickle.dumps(value))})
+
+
+@given(_values, _values)
+def test_different_values_give_different_digests(a: Any, b: Any) -> None:
+    import pickle
+
+    if pickle.dumps(a) != pickle.dumps(b) and repr(a) != repr(b):
+        assert digest({"x": a}) != digest({"x": b})
+
+
+def test_functions_by_code_closures_and_partials() -> None:
+    import functools
+
+    def make(k: int) -> Any:
+        return lambda x: x + k
+
+    assert digest({"f": make(1)}) == digest({"f": make(1)})
+    assert digest({"f": make(1)}) != digest({"f": make(2)})
+    assert digest({"f": functools.partial(max, 1)}) == digest({"f": functools.partial(max, 1)})
+    assert digest({"f": functools.partial(max, 1)}) != digest({"f": functools.partial(max, 2)})
+    rng = np.random.default_rng(5)
+    assert digest({"r": rng}) == digest({"r": np.random.default_rng(5)})
+    assert digest({"r": rng}) != digest({"r": np.random.default_rng(6)})

@@ -1,0 +1,215 @@
+"""Every integration against its library's own call: equal results, uninterrupted and after
+SIGTERM and SIGKILL at random points in real processes, on a folder and on S3 (moto).
+
+The workers block inside the objective at a chosen call, report it, and get the signal
+there, so the kill lands mid-generation at a chosen point with no timing involved.
+RESUMABLE_INTEGRATION_ROUNDS=n repeats each kill sequence n times at new random points
+(default 1); RESUMABLE_INTEGRATION_SEED fixes the points (every failure prints its seed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.s3servers import MotoServer
+from tests.workers import integrations_worker as worker
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = Path(worker.__file__)
+LIBS = worker.LIBS
+ROUNDS = int(os.environ.get("RESUMABLE_INTEGRATION_ROUNDS", "1"))
+
+_references: dict[str, tuple[str, int]] = {}
+
+
+def reference(lib: str) -> tuple[str, int]:
+    """(the library's own result digest, how many objective calls its run makes)."""
+    if lib not in _references:
+        _references[lib] = (worker.reference(lib), worker.BLOCK.calls)
+    return _references[lib]
+
+
+def _seed() -> int:
+    fixed = os.environ.get("RESUMABLE_INTEGRATION_SEED")
+    return int(fixed) if fixed else random.SystemRandom().randrange(2**32)
+
+
+# -- in process -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lib", [*LIBS, "deap-plus", "deap-comma"])
+def test_same_result_as_the_library(lib: str, memory_url: str) -> None:
+    """Uninterrupted, the resumable call equals the library's; called again, it returns the
+    stored result without evaluating anything."""
+    expected, calls = reference(lib)
+    assert worker.resumable(lib, memory_url) == expected
+    assert worker.BLOCK.calls == calls
+    assert worker.resumable(lib, memory_url) == expected
+    assert worker.BLOCK.calls == 0
+
+
+def test_pygad_callbacks_fire_once_per_generation(tmp_path: Path) -> None:
+    """on_generation fires once per generation, and not for generations restored."""
+    worker.GENERATIONS_SEEN.clear()
+    worker.reference("pygad")
+    assert list(range(1, 9)) == worker.GENERATIONS_SEEN
+    worker.GENERATIONS_SEEN.clear()
+    worker.BLOCK.at, worker.BLOCK.calls = 30, 0
+
+    class Stop(Exception):
+        pass
+
+    def crash() -> None:
+        raise Stop
+
+    worker.BLOCK.tick = _crash_at(worker.BLOCK, 30, crash)  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Stop):
+            worker.run("pygad", {"store": str(tmp_path)})
+    finally:
+        del worker.BLOCK.tick
+    before = list(worker.GENERATIONS_SEEN)
+    assert before and before == list(range(1, len(before) + 1))
+    worker.BLOCK.at = None
+    assert worker.run("pygad", {"store": str(tmp_path)}) == reference("pygad")[0]
+    assert list(range(1, 9)) == worker.GENERATIONS_SEEN
+
+
+def _crash_at(blocker: Any, at: int, crash: Callable[[], None]) -> Callable[[], None]:
+    def tick() -> None:
+        blocker.calls += 1
+        if blocker.calls == at:
+            crash()
+
+    return tick
+
+
+# -- real processes, real signals -------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    # One BLAS thread: the workers' arrays are tiny, and CI has two cores.
+    return dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1",
+                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _start(lib: str, store: str, block_at: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-W", "ignore", str(WORKER), lib, store, "--block-at", str(block_at)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env())
+
+
+def _interrupt(lib: str, store: str, block_at: int, sig: int, seed: int) -> None:
+    """Start the worker, wait until it blocks at objective call ``block_at``, signal it."""
+    proc = _start(lib, store, block_at)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "BLOCKED", (
+            f"seed {seed}: {lib} did not reach objective call {block_at}: {line!r} "
+            f"{proc.communicate(timeout=60)}")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    expected = 143 if sig == signal.SIGTERM else -signal.SIGKILL
+    assert proc.returncode == expected, f"seed {seed}: {lib} exited {proc.returncode}: {err}"
+
+
+def _finish(lib: str, store: str) -> str:
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(WORKER), lib, store],
+                          capture_output=True, text=True, timeout=120,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr
+    return next(line.split()[1] for line in proc.stdout.splitlines()
+                if line.startswith("RESULT"))
+
+
+def _kill_sequence(lib: str, store: str, signals: list[int]) -> None:
+    expected, calls = reference(lib)
+    for _ in range(ROUNDS):
+        seed = _seed()
+        rng = random.Random(seed)
+        run_store = f"{store}/round-{seed}"
+        # The first signal in the first half of the run, later ones soon after a resume,
+        # so that each process still has that many calls left to make.
+        points = [rng.randint(1, max(1, calls // 2))] + [rng.randint(1, 3) for _ in signals[1:]]
+        for sig, at in zip(signals, points, strict=True):
+            _interrupt(lib, run_store, at, sig, seed)
+        assert _finish(lib, run_store) == expected, (
+            f"seed {seed}: {lib} resumed after {signals} at objective calls {points} "
+            "differs from the library's own result")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lib", LIBS)
+def test_sigterm_then_sigkill_on_a_folder(lib: str, tmp_path: Path) -> None:
+    """SIGTERM (exit 143), then SIGKILL right after the resume, then to the end: the
+    library's own result."""
+    _kill_sequence(lib, str(tmp_path / "store"), [signal.SIGTERM, signal.SIGKILL])
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.parametrize("lib", LIBS)
+def test_sigkill_on_s3(lib: str, moto_server: MotoServer,
+                       s3_env: Callable[..., dict[str, str]]) -> None:
+    """On S3: SIGKILL at a random point, then to the end: the library's own result."""
+    s3_env(moto_server)
+    _kill_sequence(lib, moto_server.new_store_url(), [signal.SIGKILL])
+
+
+class _Flaky(Exception):
+    pass
+
+
+@pytest.mark.parametrize("when", ["first-generation", "mid-run"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_in_process_restart_gives_the_same_result(lib: str, when: str, memory_url: str) -> None:
+    """restarts=1: an objective that raises once (before the first checkpoint, or mid-run)
+    is retried from the last checkpoint, or from the caller's objects as they were passed
+    in, and the result is still the library's own."""
+    expected, calls = reference(lib)
+
+    def fail() -> None:
+        raise _Flaky("injected")
+
+    at = 2 if when == "first-generation" else calls // 2
+    worker.BLOCK.tick = _crash_at(worker.BLOCK, at, fail)  # type: ignore[method-assign]
+    try:
+        worker.BLOCK.at, worker.BLOCK.calls = None, 0
+        assert worker.run(lib, {"store": memory_url, "restarts": 1}) == expected
+    finally:
+        del worker.BLOCK.tick
+
+
+def test_pymoo_copy_algorithm_false_leaves_the_callers_algorithm(memory_url: str) -> None:
+    """copy_algorithm=False: as in pymoo, res.algorithm is the caller's object, run to the
+    end, also when the result comes from the store."""
+    import numpy as np
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.optimize import minimize
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize as rminimize
+
+    problem = get_problem("zdt1", n_var=5)
+    own = minimize(problem, NSGA2(pop_size=12), ("n_gen", 6), seed=2, copy_algorithm=False)
+    for _ in range(2):  # the run, then its stored result
+        algorithm = NSGA2(pop_size=12)
+        res = rminimize(problem, algorithm, ("n_gen", 6), seed=2, copy_algorithm=False,
+                        store=memory_url)
+        assert res.algorithm is algorithm and algorithm.n_gen == own.algorithm.n_gen
+        assert np.array_equal(res.F, own.F) and np.array_equal(res.X, own.X)

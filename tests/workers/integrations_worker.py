@@ -1,0 +1,301 @@
+"""Each integration on a small problem, as a real process the tests kill.
+
+    python integrations_worker.py LIB STORE [--block-at N] [--reference]
+
+LIB is deap, pygad, pymoo, cma or nevergrad. Prints ``RESULT <sha256>`` of everything the
+call returned (population, fitness, histories...). With ``--block-at N`` the objective
+(DEAP's evaluate, PyGAD's fitness function, pymoo's callback, cma's and nevergrad's
+objective) prints ``BLOCKED`` at its N-th call and waits there for a signal: a SIGTERM
+lets it go on (the library saves at the next generation boundary and exits 143); a
+SIGKILL ends it. ``--reference`` runs the library's own call instead (no resumable).
+The same functions serve the in-process tests through ``reference()`` and ``resumable()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+LIBS = ("deap", "pygad", "pymoo", "cma", "nevergrad")
+
+
+class _Blocker:
+    """Counts objective calls; at the chosen one, reports and waits for a signal."""
+
+    def __init__(self) -> None:
+        self.at: int | None = None
+        self.calls = 0
+        self.signalled = False
+
+    def tick(self) -> None:
+        self.calls += 1
+        if self.calls != self.at:
+            return
+        print("BLOCKED", flush=True)
+        while not self.signalled:  # SIGKILL ends this; SIGTERM sets the flag (or raises)
+            time.sleep(0.01)
+
+
+BLOCK = _Blocker()
+
+
+def _canonical(obj: Any, out: list[bytes]) -> None:
+    """Values only: equal results give equal bytes however their objects are shared."""
+    if isinstance(obj, (np.ndarray, np.generic)):
+        arr = np.asarray(obj)
+        if arr.dtype.hasobject:
+            out.append(f"objarray{arr.shape}".encode())
+            for item in arr.ravel():
+                _canonical(item, out)
+        else:
+            out.append(f"array{arr.dtype.str}{arr.shape}".encode() + arr.tobytes())
+    elif isinstance(obj, (list, tuple)):
+        out.append(f"seq{len(obj)}[".encode())
+        for item in obj:
+            _canonical(item, out)
+        out.append(b"]")
+    elif isinstance(obj, dict):
+        out.append(f"map{len(obj)}{{".encode())
+        for key in sorted(obj, key=repr):
+            _canonical(key, out)
+            _canonical(obj[key], out)
+        out.append(b"}")
+    elif isinstance(obj, float):
+        out.append(b"f" + float(obj).hex().encode())
+    else:
+        out.append(f"{type(obj).__name__}:{obj!r}".encode())
+
+
+def digest(*parts: Any) -> str:
+    out: list[bytes] = []
+    _canonical(parts, out)
+    return hashlib.sha256(b"|".join(out)).hexdigest()
+
+
+# -- DEAP -----------------------------------------------------------------------------
+
+def _deap_toolbox() -> Any:
+    from deap import base, creator, tools
+
+    if not hasattr(creator, "MaxFitness"):
+        creator.create("MaxFitness", base.Fitness, weights=(1.0,))
+        creator.create("BitString", list, fitness=creator.MaxFitness)
+    tb = base.Toolbox()
+    tb.register("attr_bool", random.randint, 0, 1)
+    tb.register("individual", tools.initRepeat, creator.BitString, tb.attr_bool, 24)
+    tb.register("population", tools.initRepeat, list, tb.individual)
+    tb.register("evaluate", onemax)
+    tb.register("mate", tools.cxTwoPoint)
+    tb.register("mutate", tools.mutFlipBit, indpb=0.05)
+    tb.register("select", tools.selTournament, tournsize=3)
+    return tb
+
+
+def onemax(individual: list[int]) -> tuple[int]:
+    BLOCK.tick()
+    return (sum(individual),)
+
+
+def _deap_stats() -> Any:
+    from deap import tools
+
+    stats = tools.Statistics(lambda ind: ind.fitness.values)
+    stats.register("avg", np.mean)
+    stats.register("max", np.max)
+    return stats
+
+
+def _deap(algorithm: str, options: dict[str, Any] | None) -> str:
+    from deap import algorithms, tools
+
+    from resumable.integrations import deap as rdeap
+
+    tb = _deap_toolbox()
+    random.seed(12)
+    pop = tb.population(n=16)
+    hof = tools.HallOfFame(3)
+    own, ours, extra = {
+        "simple": (algorithms.eaSimple, rdeap.ea_simple, (0.5, 0.2, 8)),
+        "plus": (algorithms.eaMuPlusLambda, rdeap.ea_mu_plus_lambda, (12, 20, 0.5, 0.3, 8)),
+        "comma": (algorithms.eaMuCommaLambda, rdeap.ea_mu_comma_lambda, (12, 20, 0.5, 0.3, 8)),
+    }[algorithm]
+    if options is None:
+        out, log = own(pop, tb, *extra, stats=_deap_stats(), halloffame=hof, verbose=False)
+    else:
+        out, log = ours(pop, tb, *extra, stats=_deap_stats(), halloffame=hof, verbose=False,
+                        **options)
+        assert out is pop
+    return digest([list(i) for i in out], [i.fitness.values for i in out], list(log),
+                  [list(i) for i in hof], [i.fitness.values for i in hof])
+
+
+# -- PyGAD ----------------------------------------------------------------------------
+
+GENERATIONS_SEEN: list[int] = []
+
+
+def sphere_fitness(ga: Any, solution: Any, index: Any) -> float:
+    BLOCK.tick()
+    return -float(np.sum((solution - 0.25) ** 2))
+
+
+def on_generation(ga: Any) -> None:
+    GENERATIONS_SEEN.append(ga.generations_completed)
+
+
+def _pygad_instance() -> Any:
+    import pygad
+
+    return pygad.GA(num_generations=8, num_parents_mating=4, fitness_func=sphere_fitness,
+                    sol_per_pop=8, num_genes=4, random_seed=5, suppress_warnings=True,
+                    on_generation=on_generation, save_solutions=True, keep_elitism=1)
+
+
+def _pygad_digest(ga: Any) -> str:
+    solution, fitness, index = ga.best_solution()
+    return digest(ga.population, solution, fitness, index, list(ga.best_solutions_fitness),
+                  ga.best_solutions, [np.asarray(s) for s in ga.solutions],
+                  list(ga.solutions_fitness), ga.generations_completed, ga.run_completed,
+                  ga.last_generation_fitness, ga.numpy_random_generator.get_state()[1],
+                  ga.python_random_generator.getstate())
+
+
+def _pygad(options: dict[str, Any] | None) -> str:
+    from resumable.integrations import pygad as rpygad
+
+    ga = _pygad_instance()
+    if options is None:
+        ga.run()
+    else:
+        assert rpygad.run(ga, **options) is ga
+    return _pygad_digest(ga)
+
+
+# -- pymoo ----------------------------------------------------------------------------
+
+def front_callback() -> Any:
+    """A pymoo Callback (a module-level class, so pickle can save it) that records sizes."""
+    from pymoo.core.callback import Callback
+
+    global Front
+    if Front is None:
+        class _Front(Callback):  # type: ignore[misc]
+            def notify(self, algorithm: Any) -> None:
+                BLOCK.tick()
+                self.data.setdefault("sizes", []).append(len(algorithm.opt))
+
+        _Front.__qualname__ = _Front.__name__ = "Front"
+        Front = _Front
+    return Front()
+
+
+Front: Any = None
+
+
+def _pymoo(options: dict[str, Any] | None) -> str:
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.optimize import minimize
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize as rminimize
+
+    problem = get_problem("zdt1", n_var=5)
+    callback = front_callback()
+    call = minimize if options is None else rminimize
+    res = call(problem, NSGA2(pop_size=12), ("n_gen", 8), seed=3, callback=callback,
+               **(options or {}))
+    assert res.problem is problem
+    return digest(res.X, res.F, res.pop.get("X"), res.pop.get("F"), res.algorithm.n_gen,
+                  callback.data, res.algorithm.random_state.bit_generator.state)
+
+
+# -- ask/tell: pycma and nevergrad ----------------------------------------------------
+
+def shifted_sphere(x: Any) -> float:
+    BLOCK.tick()
+    return float(np.sum((np.asarray(x) - 0.3) ** 2))
+
+
+def _cma(options: dict[str, Any] | None) -> str:
+    import cma
+
+    from resumable.integrations import ask_tell
+
+    es = cma.CMAEvolutionStrategy([1.0] * 3, 0.5, {"seed": 5, "verbose": -9})
+    if options is None:
+        for _ in range(8):
+            if es.stop():
+                break
+            solutions = es.ask()
+            es.tell(solutions, [shifted_sphere(x) for x in solutions])
+    else:
+        assert ask_tell(es, shifted_sphere, 8, **options) is es
+    return digest(es.mean, es.sigma, es.best.x, es.best.f, es.countevals, es.countiter)
+
+
+def _nevergrad(options: dict[str, Any] | None) -> str:
+    import nevergrad as ng
+
+    from resumable.integrations import ask_tell
+
+    param = ng.p.Array(shape=(3,))
+    param.random_state.seed(11)
+    opt = ng.optimizers.TwoPointsDE(parametrization=param, budget=24)
+    if options is None:
+        for _ in range(24):
+            candidate = opt.ask()
+            opt.tell(candidate, shifted_sphere(*candidate.args, **candidate.kwargs))
+    else:
+        assert ask_tell(opt, shifted_sphere, 24, **options) is opt
+    return digest(opt.provide_recommendation().value, opt.num_tell, opt.num_ask,
+                  opt.parametrization.random_state.get_state()[1])
+
+
+def run(lib: str, options: dict[str, Any] | None) -> str:
+    """The digest of ``lib``'s small run: the library's own (``options=None``) or resumable."""
+    if lib.startswith("deap"):
+        return _deap(lib.partition("-")[2] or "simple", options)
+    return {"pygad": _pygad, "pymoo": _pymoo, "cma": _cma, "nevergrad": _nevergrad}[lib](options)
+
+
+def reference(lib: str) -> str:
+    BLOCK.at, BLOCK.calls = None, 0
+    return run(lib, None)
+
+
+def resumable(lib: str, store: str, **options: Any) -> str:
+    BLOCK.at, BLOCK.calls = None, 0
+    return run(lib, {"store": store, **options})
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("lib")
+    p.add_argument("store")
+    p.add_argument("--block-at", type=int)
+    p.add_argument("--reference", action="store_true")
+    args = p.parse_args()
+
+    def on_term(signum: int, frame: Any) -> None:
+        BLOCK.signalled = True
+
+    # Chained by resumable (or replaced by its own handler, which raises in the body).
+    signal.signal(signal.SIGTERM, on_term)
+    BLOCK.at = args.block_at
+    result = run(args.lib, None if args.reference else {"store": args.store})
+    print(f"RESULT {result}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
