@@ -196,9 +196,9 @@ _HANDLE_MODULES = ("distributed", "socket", "_socket", "ssl", "_thread", "thread
 _REMOTE_REFERENCES = {("distributed.client", "Future"), ("distributed.actor", "Actor"),
                       ("distributed.actor", "BaseActorFuture"), ("ray._raylet", "ObjectRef")}
 _GATHER_HINT = (
-    "gather results before yielding (e.g. values = client.gather(futures)) and keep "
-    "clients, futures, sockets, locks, open files and generators out of the state; "
-    "rebuild them after a resume"
+    "keep it out of the state: gather results before yielding (e.g. values = "
+    "client.gather(futures)), and rebuild clients, sockets, locks, open files and "
+    "generators after a resume"
 )
 
 
@@ -262,8 +262,7 @@ def _refuse_remote_references(
     raise SerializationError(
         f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "
         f"{found[0]}.{found[1]}, a handle to a result that lives on a cluster, not the "
-        f"result; a resumed run would get a handle to nothing. {_GATHER_HINT[0].upper()}"
-        f"{_GATHER_HINT[1:]}"
+        f"result, and a resumed run would get a handle to nothing; {_GATHER_HINT}"
     )
 
 
