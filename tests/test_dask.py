@@ -3,12 +3,21 @@ checkpoint, and killed drivers or workers leave the result bit-identical."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import random
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import pytest
 
 from resumable import SerializationError, checkpointed
@@ -87,3 +96,140 @@ def test_gathered_results_are_saved(client: Any, memory_url: str) -> None:
         yield {"values": client.gather(client.map(abs, [-1, -2]))}
 
     assert body() == {"values": [1, 2]}
+
+
+# --- examples/ga_dask.py on the shared cluster -------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+GA_DASK = ROOT / "examples" / "ga_dask.py"
+SMALL = ("--generations", "12", "--population", "40", "--dims", "8", "--chunks", "4")
+
+
+def ga_dask(client: Any, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESUMABLE_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, str(GA_DASK), "--scheduler", client.scheduler.address, "--store",
+         str(store), "--json-summary", "-q", *SMALL, *args],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+
+
+def summary(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(client: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return summary(ga_dask(client, tmp_path_factory.mktemp("reference")))
+
+
+def test_the_cluster_result_equals_a_local_evaluation(uninterrupted: dict[str, Any],
+                                                      memory_url: str) -> None:
+    """Chunks on workers give the same bits as evaluating the whole population here."""
+    module = load_ga_dask()
+
+    class Local:
+        def map(self, f: Any, *iterables: Any, pure: bool = True) -> list[Any]:
+            return [f(*args) for args in zip(*iterables, strict=True)]
+
+        def gather(self, values: list[Any]) -> list[Any]:
+            return values
+
+    module.CLUSTER.client = Local()
+    local = checkpointed(store=memory_url)(module.evolve)(12, 40, 42, 8, 4)
+    assert local["population_sha256"] == uninterrupted["population_sha256"]
+    assert float(local["best_fitness"]).hex() == uninterrupted["best_fitness"]
+
+
+def test_killed_driver_resumes_bit_identical(client: Any, tmp_path: Path,
+                                            uninterrupted: dict[str, Any]) -> None:
+    """SIGKILL the driver after random generations; restarts end as the uninterrupted run."""
+    rng = random.Random(int(os.environ.get("RESUMABLE_DASK_SEED", "14")))
+    kills = sorted(rng.sample(range(1, 12), 2))
+    for generation in kills:
+        crashed = ga_dask(client, tmp_path, "--crash-at", str(generation))
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+        assert f"driver failure at generation {generation}" in crashed.stdout
+    final = summary(ga_dask(client, tmp_path))
+    assert 0 < final["resumed_from"] <= kills[-1]
+    assert {k: final[k] for k in uninterrupted if k != "resumed_from"} == {
+        k: v for k, v in uninterrupted.items() if k != "resumed_from"}
+
+
+def load_ga_dask() -> Any:
+    """examples/ga_dask.py as a module; its directory goes on the path the workers inherit."""
+    sys.path.insert(0, str(GA_DASK.parent))
+    import ga_dask
+
+    return ga_dask
+
+
+def gated_evaluate(rows: Any, seed: int, noise: float, *, gate: str, inner: bytes) -> Any:
+    """``inner`` (pickled, so workers need not import the example), except that the first
+    task after the gate is armed writes its worker's pid and waits until the test has
+    killed that worker and released the gate."""
+    armed, started = Path(gate, "armed"), Path(gate, "started")
+    if armed.exists():
+        try:
+            fd = os.open(started, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass  # another task holds the gate, or this is the task run again after the kill
+        else:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            release = Path(gate, "release")
+            deadline = time.monotonic() + 60
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+    return cloudpickle.loads(inner)(rows, seed, noise)
+
+
+def wait_for(path: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.01)
+    return path.read_text()
+
+
+def test_killed_worker_mid_generation_gives_the_same_result(
+    client: Any, tmp_path: Path, uninterrupted: dict[str, Any]
+) -> None:
+    """SIGKILL the worker running a task of a random generation: Dask reruns the task."""
+    module = load_ga_dask()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    module.CLUSTER.client = client
+    module.CLUSTER.evaluate = functools.partial(gated_evaluate, gate=str(gate),
+                                                inner=cloudpickle.dumps(module.evaluate))
+    at = random.Random(int(os.environ.get("RESUMABLE_DASK_SEED", "14"))).randrange(1, 11)
+    workers_before = set(client.run(os.getpid).values())
+    killed: list[int] = []
+
+    def killer() -> None:
+        pid = int(wait_for(gate / "started"))
+        assert pid in workers_before, "the gated task did not run in a worker process"
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+        (gate / "release").touch()
+
+    thread = threading.Thread(target=killer, daemon=True)
+    try:
+        ga = checkpointed(store=str(tmp_path / "store"))(module.evolve)
+        for state in ga.iter(12, 40, 42, 8, 4):
+            if state["generation"] == at:
+                (gate / "armed").touch()  # a task of the next generation holds the gate
+                thread.start()
+        thread.join(timeout=60)
+        result = ga(12, 40, 42, 8, 4)
+    finally:
+        module.CLUSTER.evaluate = module.evaluate
+        (gate / "release").touch()
+    assert killed, "no worker was killed"
+    client.wait_for_workers(2, timeout=60)
+    assert killed[0] not in set(client.run(os.getpid).values())
+    assert result["population_sha256"] == uninterrupted["population_sha256"]
+    assert float(result["best_fitness"]).hex() == uninterrupted["best_fitness"]
