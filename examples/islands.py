@@ -23,6 +23,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,9 @@ class Setup:
     """What the island body uses but is not part of its identity."""
 
     archipelago: Archipelago | None = None
-    lockstep: bool = False  # tests: after each yield, report and wait for a line on stdin
+    progress: bool = False  # print "GEN <island> <generation>" after each yield
+    lockstep: bool = False  # tests: ... and then wait for a line on stdin
+    gen_time: float = 0.0  # seconds of sleep per generation, standing in for real work
     entered_at: int | None = None
 
 
@@ -78,10 +81,13 @@ def island(
             worst = np.argsort(fitness, kind="stable")[::-1][: len(immigrants)]
             pop[worst] = immigrants
             fitness[worst] = rastrigin(immigrants)
+        if SETUP.gen_time:
+            time.sleep(SETUP.gen_time)
         state.update(generation=generation, population=pop, fitness=fitness)
         yield state
-        if SETUP.lockstep:
+        if SETUP.progress or SETUP.lockstep:
             print(f"GEN {index} {generation}", flush=True)
+        if SETUP.lockstep:
             sys.stdin.readline()
     return {"island": index, "generations": state["generation"],
             "best_fitness": float(state["fitness"].min()).hex(),
@@ -108,6 +114,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="name of the archipelago in the store (default: %(default)s)")
     p.add_argument("--store", default=None, help="a folder, file:///abs/path or "
                    "s3://bucket/prefix (default: $RESUMABLE_STORE, else ./.resumable)")
+    p.add_argument("--gen-time", type=float, default=0.0, metavar="SECONDS",
+                   help="sleep this long per generation, standing in for real work")
+    p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no log lines from resumable")
     return p.parse_args(argv)
@@ -116,7 +125,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_island(args: argparse.Namespace, store: str) -> dict[str, Any]:
     SETUP.archipelago = Archipelago(store, args.experiment, args.islands,
                                     topology=args.topology, every=args.every)
-    SETUP.lockstep = args.lockstep
+    SETUP.lockstep, SETUP.progress, SETUP.gen_time = args.lockstep, args.progress, args.gen_time
     run = checkpointed(store=store, run_id=f"{args.experiment}.island-{args.island}")(island)
     result: dict[str, Any] = run(args.island, args.generations, args.population, args.dims,
                                  args.seed, args.migrants)
@@ -125,9 +134,9 @@ def run_island(args: argparse.Namespace, store: str) -> dict[str, Any]:
 
 def run_all(args: argparse.Namespace, store: str) -> int:
     """Every island as a local process of this script, like the pods of an Indexed Job."""
-    common = [f"--{name}={getattr(args, name)}" for name in (
+    common = [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in (
         "islands", "topology", "every", "migrants", "generations", "population", "dims",
-        "seed", "experiment")]
+        "seed", "experiment", "gen_time")]
     common += ["--quiet"] if args.quiet else []
     procs = [subprocess.Popen([sys.executable, __file__, *common, f"--store={store}",
                                f"--island={i}"], stdout=subprocess.PIPE, text=True)

@@ -298,3 +298,18 @@ def test_killed_islands_end_as_if_nothing_died(
         got = results[island]
         assert got["population_sha256"] == expected["population_sha256"], (island, plan)
         assert got["best_fitness"] == expected["best_fitness"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_islands_benchmark_quick(tmp_path: Path) -> None:
+    """benchmarks/islands.py --quick: 1, 2, 4, 8 islands, kills, and the same result."""
+    from tests.test_benchmarks_quick import finite, run_quick
+
+    doc = run_quick("islands", tmp_path)
+    assert [c["islands"] for c in doc["cases"]] == [1, 2, 4, 8]
+    for c in doc["cases"]:
+        assert c["same_result"] is True
+        assert c["kills"] == doc["config"]["kills_per_run"] * doc["config"]["repeats"]
+        assert c["redone_generations_per_kill"] >= 0
+        assert finite(c["wall_seconds_no_kill"]) and finite(c["wall_seconds_with_kills"])
