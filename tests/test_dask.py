@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import random
 import signal
 import socket
@@ -57,6 +58,23 @@ def test_a_list_of_futures_names_the_first_one(client: Any, memory_url: str) -> 
     for serializer in ("pickle", "cloudpickle"):
         with pytest.raises(SerializationError, match=r"state\['pending'\]\[0\].*gather"):
             yield_once(memory_url, lambda: client.map(abs, [-1, -2]), serializer)
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_a_future_is_found_behind_memoized_names(client: Any, protocol: int) -> None:
+    """The module name pickled once before the Future (a memo reference) still counts."""
+    from resumable.serializers import PickleSerializer, dumps_views
+
+    class OldPickle(PickleSerializer):
+        def dumps_views(self, obj: Any) -> list[Any]:
+            return [pickle.dumps(obj, protocol=protocol)]
+
+    future = client.submit(sum, [3, 4])
+    state = {"where": type(future).__module__, "later": [future]}
+    with pytest.raises(SerializationError, match=r"state\['later'\]\[0\] is a "
+                                                 r"distributed.client.Future"):
+        dumps_views(OldPickle(), state, "the state")
+    assert dumps_views(PickleSerializer(), {"where": type(future).__module__}, "the state")
 
 
 def test_a_client_in_the_state_says_to_gather(client: Any, memory_url: str) -> None:

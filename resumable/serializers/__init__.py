@@ -229,7 +229,7 @@ def _find_handle(
 def _named_globals(stream: bytes) -> Iterator[tuple[str, str]]:
     """(module, name) of every class or function a pickle stream refers to."""
     recent: list[Any] = [None, None]
-    memo: dict[int, Any] = {}
+    memo: dict[Any, Any] = {}
     for op, arg, _ in pickletools.genops(stream):
         if op.name == "STACK_GLOBAL":
             yield str(recent[-2]), str(recent[-1])
@@ -238,11 +238,13 @@ def _named_globals(stream: bytes) -> Iterator[tuple[str, str]]:
             yield module, name
         if op.name == "MEMOIZE":
             memo[len(memo)] = recent[-1]
+        elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[arg] = recent[-1]
         elif op.name in ("BINGET", "LONG_BINGET", "GET"):
-            recent.append(memo.get(int(arg)))
+            recent.append(memo.get(arg))
         elif op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
             recent.append(arg)
-        elif op.name not in ("FRAME", "PUT", "BINPUT", "LONG_BINPUT"):
+        elif op.name != "FRAME":
             recent.append(None)
         del recent[:-2]
 
