@@ -173,9 +173,14 @@ EXIT_CODES = Setting(
     "`0` (or `false`): uncaught resumable errors exit with Python's plain 1",
     _flag, "1 or 0 (or true/false, yes/no, on/off)")
 
+MIGRATION_TIMEOUT = Setting(
+    "RESUMABLE_MIGRATION_TIMEOUT", 600.0, "600",
+    "seconds an island waits for a neighbour's migrants (`resumable.islands`)",
+    _seconds, "a number of seconds >= 0, e.g. 600")
+
 SETTINGS: tuple[Setting[Any], ...] = (
     STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, RESTART_BACKOFF,
-    RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT,
+    RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT,
 )
 
 

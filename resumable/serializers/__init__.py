@@ -12,8 +12,9 @@ arrays are built on the frames without a copy when the frames are writable and
 from __future__ import annotations
 
 import pickle
+import pickletools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
+from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from .._aligned import realigned
@@ -128,7 +129,9 @@ def dumps_views(
     """
     try:
         if isinstance(serializer, PickleSerializer):
-            return serializer.dumps_views(obj)
+            frames = serializer.dumps_views(obj)
+            _refuse_remote_references(serializer, frames[0], obj, what, root)
+            return frames
         return [serializer.dumps(obj)]
     except (SerializationError, ConfigurationError):
         raise
@@ -188,7 +191,103 @@ def _find_offender(serializer: Serializer, obj: Any, path: str, depth: int = 0) 
     return path, obj
 
 
+# Types that are live handles: a connection, a thread primitive, a running computation.
+# Saved, they would come back (if at all) pointing at something that is gone.
+_HANDLE_MODULES = ("distributed", "socket", "_socket", "ssl", "_thread", "threading",
+                   "asyncio", "_asyncio", "concurrent", "multiprocessing", "subprocess",
+                   "selectors", "sqlite3", "_io", "io", "queue", "_queue")
+# Handles that pickle without complaint, as a reference to a result held elsewhere (a
+# Dask Future pickles as its key): a resumed run would hold a key that names nothing.
+_REMOTE_REFERENCES = {("distributed.client", "Future"), ("distributed.actor", "Actor"),
+                      ("distributed.actor", "BaseActorFuture"), ("ray._raylet", "ObjectRef")}
+_GATHER_HINT = (
+    "keep it out of the state: gather results before yielding (e.g. values = "
+    "client.gather(futures)), and rebuild clients, sockets, locks, open files and "
+    "generators after a resume"
+)
+
+
+def _is_handle(obj: Any) -> bool:
+    kind = type(obj)
+    return (
+        kind.__module__.split(".")[0] in _HANDLE_MODULES
+        or (kind.__module__, kind.__qualname__) in _REMOTE_REFERENCES
+        or isinstance(obj, (GeneratorType, CoroutineType, AsyncGeneratorType))
+    )
+
+
+def _find_handle(
+    obj: Any, path: str, fails: Callable[[Any], bool], depth: int = 0
+) -> tuple[str, Any] | None:
+    """The outermost live handle along the parts of ``obj`` for which ``fails`` holds."""
+    if _is_handle(obj):
+        return path, obj
+    if depth < 50:
+        for suffix, child in _children(obj):
+            if fails(child):
+                found = _find_handle(child, path + suffix, fails, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _named_globals(stream: bytes) -> Iterator[tuple[str, str]]:
+    """(module, name) of every class or function a pickle stream refers to."""
+    recent: list[Any] = [None, None]
+    memo: dict[Any, Any] = {}
+    for op, arg, _ in pickletools.genops(stream):
+        if op.name == "STACK_GLOBAL":
+            yield str(recent[-2]), str(recent[-1])
+        elif op.name == "GLOBAL":
+            module, _, name = str(arg).partition(" ")
+            yield module, name
+        if op.name == "MEMOIZE":
+            memo[len(memo)] = recent[-1]
+        elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[arg] = recent[-1]
+        elif op.name in ("BINGET", "LONG_BINGET", "GET"):
+            recent.append(memo.get(arg))
+        elif op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
+            recent.append(arg)
+        elif op.name != "FRAME":
+            recent.append(None)
+        del recent[:-2]
+
+
+def _refuse_remote_references(
+    serializer: Serializer, stream: Buffer, obj: Any, what: str, root: str
+) -> None:
+    """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
+    data = bytes(stream)
+    if not any(module.encode() in data for module, _ in _REMOTE_REFERENCES):
+        return  # the common case costs one substring search of the pickle stream
+    found = next((g for g in _named_globals(data) if g in _REMOTE_REFERENCES), None)
+    if found is None:
+        return
+    where = _find_handle(obj, root, lambda child: True)
+    path = where[0] if where else f"something in {root}"
+    raise SerializationError(
+        f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "
+        f"{found[0]}.{found[1]}, a handle to a result that lives on a cluster, not the "
+        f"result, and a resumed run would get a handle to nothing; {_GATHER_HINT}"
+    )
+
+
 def _explain(serializer: Serializer, obj: Any, what: str, root: str, err: Exception) -> str:
+    def fails(child: Any) -> bool:
+        try:
+            serializer.dumps(child)
+        except Exception:
+            return True
+        return False
+
+    handle = _find_handle(obj, root, fails)
+    if handle is not None:
+        kind = type(handle[1])
+        return (
+            f"cannot serialize {what} with serializer {serializer.name!r}: {handle[0]} is a "
+            f"{kind.__module__}.{kind.__qualname__}, a live handle ({err}); {_GATHER_HINT}"
+        )
     path, offender = _find_offender(serializer, obj, root)
     kind = type(offender)
     message = (

@@ -1,0 +1,239 @@
+"""Islands: several checkpointed runs that exchange migrants through the store.
+
+Each island is its own ``@checkpointed`` run (in Kubernetes, one index of an Indexed
+Job). Every ``every`` generations an island publishes its emigrants as an immutable,
+create-only object ``<experiment>/migrants/<island>/<generation>`` and reads the
+emigrants its topology sends it for the same generation, waiting until they exist::
+
+    archipelago = Archipelago("s3://bucket/islands", "exp-1", islands=4, every=5)
+
+    @checkpointed(store="s3://bucket/islands")
+    def island(index, generations, *, state=None):
+        ...
+        immigrants = archipelago.migrate(index, generation, emigrants)  # [] when not due
+        ...
+        yield state
+
+Migrant objects are written once and never change, so an island resumed after a crash
+reads exactly what it read before, and the archipelago's result does not depend on
+which pods died when. A publish of a generation that already has an object must be
+byte-identical to it (the record is deterministic: no wall-clock time in it), else
+``MigrantConflictError``: a zombie island can never replace what the live one wrote,
+and a body that is not deterministic is caught at its first migration.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from . import _format, _settings
+from ._decorator import _signing_key
+from ._errors import (
+    EXIT_CORRUPT,
+    EXIT_STORE,
+    CheckpointCorruptError,
+    CheckpointTamperedError,
+    ConfigurationError,
+    ResumableError,
+)
+from .serializers import Serializer, dumps_frames, get_serializer, loads_frames
+from .stores import Store, join_payload, open_store
+
+TIMEOUT_ENV = "RESUMABLE_MIGRATION_TIMEOUT"
+DEFAULT_TIMEOUT = 600.0  # seconds: long enough for a killed pod to be replaced and catch up
+KIND = "migrants"
+Topology = str | Mapping[int, Sequence[int]]
+
+
+class MigrationError(ResumableError):
+    """Migrants could not be exchanged: a neighbour's emigrants never appeared.
+
+    Retriable (exit 74): a new pod resumes and waits again.
+    """
+
+    exit_code = EXIT_STORE
+
+
+class MigrantConflictError(MigrationError):
+    """A generation's emigrants were already published with different content.
+
+    Either a zombie attempt computed something else, or the island body is not
+    deterministic; retrying does not help (exit 65).
+    """
+
+    exit_code = EXIT_CORRUPT
+
+
+def _timeout(value: float | None) -> float:
+    if value is None:
+        return _settings.MIGRATION_TIMEOUT.read()
+    if not value >= 0:
+        raise ConfigurationError(f"migration timeout must be >= 0 seconds, not {value!r}")
+    return float(value)
+
+
+def _sources(islands: int, topology: Topology) -> dict[int, tuple[int, ...]]:
+    """For each island, the islands whose emigrants it receives, in order."""
+    if topology == "ring":
+        return {i: ((i - 1) % islands,) if islands > 1 else () for i in range(islands)}
+    if topology == "full":
+        return {i: tuple(j for j in range(islands) if j != i) for i in range(islands)}
+    if isinstance(topology, str):
+        raise ConfigurationError(
+            f"unknown topology {topology!r}; use 'ring', 'full' or a mapping "
+            "{island: [islands it receives from]}"
+        )
+    out: dict[int, tuple[int, ...]] = {}
+    for island in range(islands):
+        senders = tuple(topology.get(island, ()))
+        for s in senders:
+            if not isinstance(s, int) or not 0 <= s < islands or s == island:
+                raise ConfigurationError(
+                    f"topology: island {island} receives from {s!r}, which is not another "
+                    f"island in 0..{islands - 1}"
+                )
+        out[island] = senders
+    extra = set(topology) - set(range(islands))
+    if extra:
+        raise ConfigurationError(f"topology names islands {sorted(extra)} outside 0..{islands - 1}")
+    return out
+
+
+class Archipelago:
+    """The migration plan of ``islands`` island runs that share ``store`` and ``experiment``.
+
+    ``topology``: ``"ring"`` (island i receives from i-1), ``"full"`` (from every other
+    island) or a mapping ``{island: [islands it receives from]}``. ``every``: migrate at
+    generations that are multiples of it. ``signing_key`` (or ``$RESUMABLE_SIGNING_KEY``)
+    signs and checks migrants as it does checkpoints. ``timeout`` (or
+    ``$RESUMABLE_MIGRATION_TIMEOUT``, default 600 s) bounds the wait for a neighbour.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | Store | None,
+        experiment: str,
+        islands: int,
+        topology: Topology = "ring",
+        every: int = 1,
+        *,
+        signing_key: bytes | str | None = None,
+        timeout: float | None = None,
+        serializer: str | Serializer = "pickle",
+    ) -> None:
+        if not isinstance(islands, int) or islands < 1:
+            raise ConfigurationError(f"islands must be a positive int, not {islands!r}")
+        if not isinstance(every, int) or every < 1:
+            raise ConfigurationError(f"every must be a positive int (generations), not {every!r}")
+        if not experiment or experiment != experiment.strip("/") or "//" in experiment:
+            raise ConfigurationError(
+                f"experiment {experiment!r} must be a non-empty name without leading, "
+                "trailing or doubled '/'"
+            )
+        self.store = open_store(store)
+        self.experiment = experiment
+        self.islands = islands
+        self.every = every
+        self.sources = _sources(islands, topology)
+        self.timeout = _timeout(timeout)
+        self._key = _signing_key(signing_key)
+        self._serializer = get_serializer(serializer)
+        self._jitter = random.Random()  # private: never draws from the captured global RNG
+
+    def key(self, island: int, generation: int) -> str:
+        return f"{self.experiment}/migrants/{island}/{generation}"
+
+    def where(self, island: int, generation: int) -> str:
+        return f"{self.store.url.rstrip('/')}/{self.key(island, generation)}"
+
+    def due(self, generation: int) -> bool:
+        """Whether ``generation`` is a migration generation."""
+        return generation > 0 and generation % self.every == 0
+
+    def migrate(self, island: int, generation: int, emigrants: Any) -> list[Any]:
+        """Publish ``emigrants`` and return the immigrants, one entry per sending island
+        (in topology order); ``[]`` when ``generation`` is not a migration generation."""
+        self._check_island(island)
+        if not self.due(generation):
+            return []
+        self.publish(island, generation, emigrants)
+        return [self.receive(source, generation, reader=island)
+                for source in self.sources[island]]
+
+    def publish(self, island: int, generation: int, emigrants: Any) -> None:
+        """Create the migrant object, or check that the existing one is byte-identical."""
+        self._check_island(island)
+        key = self.key(island, generation)
+        what = f"the emigrants at {self.where(island, generation)}"
+        frames = dumps_frames(self._serializer, emigrants, what, root="emigrants")
+        # created is the generation, not the clock: a replayed publish gives the same bytes.
+        data = _format.encode(frames, kind=KIND, serializer=self._serializer.name,
+                              step=generation, epoch=island, created=float(generation),
+                              name=key, key=self._key)
+        if self.store.put_if_absent(key, data):
+            return
+        existing = self.store.get(key)
+        if existing is not None and bytes(existing) == join_payload(data):
+            return
+        raise MigrantConflictError(
+            f"island {island} of experiment {self.experiment!r} published emigrants for "
+            f"generation {generation} that differ from those already at "
+            f"{self.where(island, generation)}: either another attempt of this island (a "
+            "zombie pod) computed something else, or the island's body is not deterministic "
+            "(draw randomness only from the captured RNGs). The existing object stands."
+        )
+
+    def receive(self, island: int, generation: int, *, reader: int | None = None) -> Any:
+        """The emigrants ``island`` published for ``generation``, waiting until they exist."""
+        self._check_island(island)
+        key = self.key(island, generation)
+        deadline = time.monotonic() + self.timeout
+        pause = 0.02
+        while True:
+            data = self.store.get(key)
+            if data is not None:
+                return self._decode(data, island, generation)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                who = "" if reader is None else f"island {reader} "
+                raise MigrationError(
+                    f"{who}waited {self.timeout:g} s for the emigrants of island {island} at "
+                    f"generation {generation} of experiment {self.experiment!r} "
+                    f"({self.where(island, generation)}): is island {island} running, and "
+                    f"with the same store? Raise ${TIMEOUT_ENV} if its pods restart slowly."
+                )
+            time.sleep(min(left, pause * (0.5 + self._jitter.random())))
+            pause = min(pause * 1.5, 2.0)
+
+    def _decode(self, data: Any, island: int, generation: int) -> Any:
+        key = self.key(island, generation)
+        try:
+            decoded = _format.decode(data, key=self._key, kind=KIND, name=key)
+            if decoded.header.serializer != self._serializer.name:
+                raise _format.InvalidObject(
+                    f"written with serializer {decoded.header.serializer!r}, "
+                    f"not {self._serializer.name!r}"
+                )
+        except _format.InvalidObject as err:
+            error: Callable[[str], Exception] = (
+                CheckpointTamperedError if err.tampered else CheckpointCorruptError)
+            raise error(
+                f"the emigrants at {self.where(island, generation)} fail verification: "
+                f"{err.reason}. Migrants are never rewritten; check the signing key "
+                "($RESUMABLE_SIGNING_KEY) and the store, or start a new experiment."
+            ) from None
+        return loads_frames(self._serializer, decoded.frames)
+
+    def _check_island(self, island: int) -> None:
+        if not isinstance(island, int) or not 0 <= island < self.islands:
+            raise ConfigurationError(
+                f"island {island!r} is not in 0..{self.islands - 1} of experiment "
+                f"{self.experiment!r}"
+            )
+
+
+__all__ = ["Archipelago", "MigrantConflictError", "MigrationError"]

@@ -1,0 +1,315 @@
+"""resumable.islands: create-only migrants, and an archipelago whose result does not depend on
+which islands were killed when."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from resumable import CheckpointCorruptError, CheckpointTamperedError, ConfigurationError
+from resumable.islands import Archipelago, MigrantConflictError, MigrationError
+from resumable.stores import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "islands.py"
+KEY = "k" * 32
+
+
+# --- the object: topology, publish, receive ------------------------------------------------
+
+def test_ring_full_and_custom_topologies() -> None:
+    """Ring: i receives from i-1; full: from every other; a mapping as given."""
+    assert Archipelago("memory://t", "e", 4).sources == {0: (3,), 1: (0,), 2: (1,), 3: (2,)}
+    assert Archipelago("memory://t", "e", 1).sources == {0: ()}
+    assert Archipelago("memory://t", "e", 3, "full").sources == {0: (1, 2), 1: (0, 2),
+                                                                  2: (0, 1)}
+    star = Archipelago("memory://t", "e", 3, {1: [0], 2: [0]})
+    assert star.sources == {0: (), 1: (0,), 2: (0,)}
+
+
+@pytest.mark.parametrize(("islands", "topology", "every", "match"), [
+    (0, "ring", 1, "islands must be a positive int"),
+    (3, "star", 1, "unknown topology 'star'"),
+    (3, {0: [0]}, 1, "island 0 receives from 0"),
+    (3, {0: [5]}, 1, "island 0 receives from 5"),
+    (3, {7: [0]}, 1, r"outside 0..2"),
+    (3, "ring", 0, "every must be a positive int"),
+])
+def test_bad_plans_are_configuration_errors(islands: int, topology: Any, every: int,
+                                            match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        Archipelago("memory://t", "e", islands, topology, every)
+
+
+def test_migrate_publishes_and_receives_only_on_due_generations(memory_url: str) -> None:
+    """Generation 3 with every=2 does nothing; generation 4 publishes, then reads the ring."""
+    arch = [Archipelago(memory_url, "exp", 2, every=2) for _ in range(2)]
+    assert arch[0].migrate(0, 3, "a3") == []
+    assert open_store(memory_url).list("exp/") == []
+    arch[1].publish(1, 4, {"from": 1})
+    assert arch[0].migrate(0, 4, {"from": 0}) == [{"from": 1}]
+    assert arch[1].migrate(1, 4, {"from": 1}) == [{"from": 0}]  # republish: identical
+    assert open_store(memory_url).list("exp/") == ["exp/migrants/0/4", "exp/migrants/1/4"]
+
+
+@given(emigrants=st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner,
+                                                                 max_size=4),
+    max_leaves=12))
+def test_any_emigrants_round_trip_and_republish_identically(emigrants: Any) -> None:
+    """What is published is what is received; publishing it again is not an error."""
+    arch = Archipelago("memory://islands-hypothesis", f"e{uuid.uuid4().hex}", 2)
+    arch.publish(0, 1, emigrants)
+    arch.publish(0, 1, emigrants)
+    assert arch.receive(0, 1) == emigrants
+
+
+def test_a_numpy_population_round_trips_bit_for_bit(tmp_path: Path) -> None:
+    pop = np.random.default_rng(1).normal(size=(7, 5))
+    arch = Archipelago(tmp_path, "e", 2, signing_key=KEY)
+    arch.publish(1, 5, pop)
+    back = arch.receive(1, 5)
+    assert back.tobytes() == pop.tobytes() and back.flags.writeable
+
+
+@pytest.fixture(params=["folder", "moto"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path,
+              s3_env: Callable[..., Any]) -> str:
+    if request.param == "folder":
+        return str(tmp_path / "store")
+    server = request.getfixturevalue("moto_server")
+    s3_env(server)
+    url: str = server.new_store_url()
+    return url
+
+
+def test_a_zombie_cannot_replace_published_migrants(store_url: str) -> None:
+    """A second publish with other content raises and the first object stands."""
+    live, zombie = (Archipelago(store_url, "exp", 4) for _ in range(2))
+    live.publish(2, 10, [1.0, 2.0])
+    with pytest.raises(MigrantConflictError, match=r"island 2 .*generation 10.*migrants/2/10"):
+        zombie.publish(2, 10, [1.0, 2.5])
+    assert live.receive(2, 10) == [1.0, 2.0]
+    assert MigrantConflictError.exit_code == 65
+
+
+def test_waiting_for_a_missing_neighbour_times_out_with_a_clear_error(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message names the reader, the sender, the generation, the object and the knob."""
+    monkeypatch.setenv("RESUMABLE_MIGRATION_TIMEOUT", "0")
+    arch = Archipelago(store_url, "exp", 4)
+    with pytest.raises(MigrationError) as info:
+        arch.migrate(1, 3, "mine")
+    message = str(info.value)
+    assert "island 1 waited 0 s for the emigrants of island 0 at generation 3" in message
+    assert "'exp'" in message and "exp/migrants/0/3" in message
+    assert "RESUMABLE_MIGRATION_TIMEOUT" in message
+    assert info.value.exit_code == 74  # retriable: a new pod resumes and waits again
+
+
+@pytest.mark.parametrize("value", ["soon", "-1"])
+def test_a_bad_timeout_variable_is_a_configuration_error(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESUMABLE_MIGRATION_TIMEOUT", value)
+    with pytest.raises(ConfigurationError, match=r"timeout|RESUMABLE_MIGRATION_TIMEOUT"):
+        Archipelago("memory://t", "e", 2)
+
+
+def test_signed_migrants_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$RESUMABLE_SIGNING_KEY signs migrants; another key or no signature is refused."""
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", KEY)
+    Archipelago(tmp_path, "signed", 2).publish(0, 1, "hello")
+    assert Archipelago(tmp_path, "signed", 2).receive(0, 1) == "hello"
+    with pytest.raises(CheckpointTamperedError, match=r"signed/migrants/0/1.*signature wrong"):
+        Archipelago(tmp_path, "signed", 2, signing_key="x" * 32).receive(0, 1)
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY")
+    Archipelago(tmp_path, "plain", 2).publish(0, 1, "hello")
+    with pytest.raises(CheckpointTamperedError, match="signature missing"):
+        Archipelago(tmp_path, "plain", 2, signing_key=KEY).receive(0, 1)
+
+
+def test_a_damaged_migrant_is_never_unpickled(tmp_path: Path) -> None:
+    arch = Archipelago(tmp_path, "e", 2)
+    arch.publish(0, 1, "hello")
+    path = tmp_path / "e" / "migrants" / "0" / "1"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptError, match="checksum mismatch"):
+        arch.receive(0, 1)
+
+
+def test_a_copied_migrant_is_refused(tmp_path: Path) -> None:
+    """Signed migrants name their key: one copied to another generation does not verify."""
+    arch = Archipelago(tmp_path, "e", 2, signing_key=KEY)
+    arch.publish(0, 1, "hello")
+    dst = tmp_path / "e" / "migrants" / "0" / "2"
+    dst.write_bytes((tmp_path / "e" / "migrants" / "0" / "1").read_bytes())
+    with pytest.raises(CheckpointTamperedError, match="copied or renamed"):
+        arch.receive(0, 2)
+
+
+# --- the example's islands as real processes, killed at random ------------------------------
+
+ISLANDS = 4
+PARAMS = ["--islands", str(ISLANDS), "--generations", "16", "--population", "30", "--dims",
+          "8", "--every", "4", "--migrants", "2", "--experiment", "exp", "-q"]
+
+
+def example_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESUMABLE_")}
+    env.update(PYTHONPATH=str(ROOT), RESUMABLE_MIGRATION_TIMEOUT="120", **(extra or {}))
+    return env
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
+    """All islands, never killed, in the example's run-everything mode."""
+    store = tmp_path_factory.mktemp("reference")
+    proc = subprocess.run([sys.executable, str(EXAMPLE), *PARAMS, "--store", str(store)],
+                          capture_output=True, text=True, env=example_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
+    return {r["island"]: r for r in results}
+
+
+class Islands:
+    """The islands as processes in lockstep: each reports every generation it yielded and
+    waits for a line on stdin, so a kill lands at a chosen point, not after a sleep."""
+
+    def __init__(self, store: str, env: dict[str, str], logs: Path) -> None:
+        self.store, self.env, self.logs = store, env, logs
+        self.lines: queue.Queue[tuple[subprocess.Popen[str], str | None]] = queue.Queue()
+        self.procs: dict[int, subprocess.Popen[str]] = {}
+        self.starts = 0
+
+    def start(self, island: int) -> None:
+        log = (self.logs / f"island-{island}-{self.starts}.log").open("w")
+        self.starts += 1
+        proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLE), *PARAMS, "--store", self.store, "--island",
+             str(island), "--lockstep"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, text=True, env=self.env)
+        log.close()
+        self.procs[island] = proc
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.lines.put((proc, line))
+            self.lines.put((proc, None))
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def run(self, kills: dict[tuple[int, int], str]) -> tuple[dict[int, dict[str, Any]], int]:
+        """Run to the end, killing island i after it yields generation g as ``kills`` says:
+        "at-yield" (before it goes on) or "mid-generation" (right after letting it go on)."""
+        for island in range(ISLANDS):
+            self.start(island)
+        island_of = {proc: i for i, proc in self.procs.items()}
+        results: dict[int, dict[str, Any]] = {}
+        killed: set[subprocess.Popen[str]] = set()
+        try:
+            while len(results) < ISLANDS:
+                proc, line = self.lines.get(timeout=150)
+                island = island_of[proc]
+                if line is None:  # the process ended
+                    code = proc.wait(timeout=60)
+                    if proc in killed:
+                        assert code == -signal.SIGKILL
+                        self.start(island)
+                        island_of[self.procs[island]] = island
+                    else:
+                        assert code == 0 and island in results, self.log_tail(island)
+                elif proc in killed:
+                    continue
+                elif line.startswith("RESULT "):
+                    results[island] = json.loads(line.split(" ", 1)[1])
+                elif line.startswith("GEN "):
+                    how = kills.pop((island, int(line.split()[2])), None)
+                    if how != "at-yield":
+                        assert proc.stdin is not None
+                        proc.stdin.write("\n")
+                        proc.stdin.flush()
+                    if how is not None:
+                        proc.kill()
+                        killed.add(proc)
+        finally:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        return results, len(killed)
+
+    def log_tail(self, island: int) -> str:
+        logs = sorted(self.logs.glob(f"island-{island}-*"))
+        return "\n".join(p.read_text()[-2000:] for p in logs)
+
+
+def kill_plan(seed: int, count: int) -> dict[tuple[int, int], str]:
+    rng = random.Random(seed)
+    plan: dict[tuple[int, int], str] = {}
+    while len(plan) < count:
+        plan[(rng.randrange(ISLANDS), rng.randrange(1, 16))] = rng.choice(
+            ["at-yield", "mid-generation"])
+    return plan
+
+
+def chaos_runs() -> list[int]:
+    runs = 5 if os.environ.get("RESUMABLE_CHAOS") == "full" else 1
+    return list(range(runs))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("run", chaos_runs())
+def test_killed_islands_end_as_if_nothing_died(
+    run: int, store_url: str, tmp_path: Path, reference: dict[int, dict[str, Any]]
+) -> None:
+    """4 island processes (folder, and moto with signed objects), random islands SIGKILLed at
+    random generations and restarted: every island's final population equals the no-kill run."""
+    signed = {"RESUMABLE_SIGNING_KEY": KEY} if store_url.startswith("s3://") else {}
+    env = example_env({**{k: v for k, v in os.environ.items() if k.startswith("AWS_")},
+                       **signed})
+    plan = kill_plan(1400 + run + (100 if signed else 0), count=4)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    results, kills = Islands(store_url, env, logs).run(dict(plan))
+    assert kills == len(plan)
+    for island, expected in reference.items():
+        got = results[island]
+        assert got["population_sha256"] == expected["population_sha256"], (island, plan)
+        assert got["best_fitness"] == expected["best_fitness"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_islands_benchmark_quick(tmp_path: Path) -> None:
+    """benchmarks/islands.py --quick: 1, 2, 4, 8 islands, kills, and the same result."""
+    from tests.test_benchmarks_quick import finite, run_quick
+
+    doc = run_quick("islands", tmp_path)
+    assert [c["islands"] for c in doc["cases"]] == [1, 2, 4, 8]
+    for c in doc["cases"]:
+        assert c["same_result"] is True
+        assert c["kills"] == doc["config"]["kills_per_run"] * doc["config"]["repeats"]
+        assert c["redone_generations_per_kill"] >= 0
+        assert finite(c["wall_seconds_no_kill"]) and finite(c["wall_seconds_with_kills"])
