@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from . import _exit
-from ._decorator import CheckpointedFunction, checkpointed
+from ._audit import AuditReport
+from ._decorator import CheckpointedFunction, RunIterator, checkpointed
 from ._errors import (
     CheckpointCorruptError,
     CheckpointTamperedError,
@@ -25,6 +26,7 @@ _exit.install()
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditReport",
     "Checkpoint",
     "CheckpointCorruptError",
     "CheckpointTamperedError",
@@ -35,6 +37,7 @@ __all__ = [
     "FencedError",
     "KeepLast",
     "ResumableError",
+    "RunIterator",
     "RunMismatchError",
     "SerializationError",
     "Serializer",

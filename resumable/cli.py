@@ -466,8 +466,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
         raise CliError("--older-than goes with --completed (`resumable rm --completed "
                        "--older-than 7d STORE`)")
     if args.run_id is None:
-        raise CliError("rm needs a RUN_ID (see `resumable ls`), or --completed to delete "
-                       "every completed run")
+        missing = _missing_run_id("rm", args.store)
+        raise CliError(f"{missing}; or `{PROG} rm --completed {args.store}` to delete every "
+                       "completed run", EXIT_CONFIG)
     store = open_store(args.store)
     names = _require_run(store, args.run_id)
     if not args.yes:

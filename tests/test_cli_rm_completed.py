@@ -68,7 +68,7 @@ def test_default_store_and_confirmation(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["rm", "--completed", "--older-than", "soon", "--yes"], "not a duration"),
     (["rm", "--older-than", "7d", "x"], "goes with --completed"),
-    (["rm"], "needs a RUN_ID"),
+    (["rm"], "RUN_ID is missing"),
 ])
 def test_usage_errors(argv: list[str], message: str, tmp_path: Path,
                       capsys: pytest.CaptureFixture[str]) -> None:
