@@ -490,13 +490,14 @@ class Run:
                 f"library wrote in the usual way: inspect it with `resumable show "
                 f"{self.store.url} {self.run_id}` and delete it, or delete the run"
             )
+        claimed_after = time.time()  # temp files older than our claim are stale
         for candidate in range(latest + 1, min(latest + 1000, MAX_EPOCH + 1)):
             self.epoch = candidate
             name = f"{EPOCH}{candidate:08d}"
             payload = self._encode(name, [self._epoch_json(None if pending else base or "")],
                                    "epoch", _RAW)
             if self.store.put_if_absent(self.key(name), payload):
-                self._remove_stale_temp()
+                self._remove_stale_temp(claimed_after)
                 return candidate
         raise FencedError(f"could not claim an attempt number for {self.where()}: "
                           "a thousand concurrent attempts?")
@@ -533,14 +534,17 @@ class Run:
         self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
         return latest
 
-    def _remove_stale_temp(self) -> None:
+    def _remove_stale_temp(self, older_than: float | None = None) -> None:
         """Temp files of this run's unfinished writes (a killed save) are stale once we
-        hold the newest claim: every older attempt is fenced."""
+        hold the newest claim: every older attempt is fenced. Only those begun before
+        ``older_than`` (the time we started to claim): an attempt that claimed after us
+        may already be saving, and its temp file is not ours to remove."""
         remove = getattr(self.store, "remove_temp_files", None)
         if remove is None:
             return
         try:
-            n = remove(self.run_id + "/")
+            n = (remove(self.run_id + "/") if older_than is None
+                 else remove(self.run_id + "/", older_than=older_than))
         except (OSError, StoreError) as err:
             log.warning("could not remove leftover temp files of %s: %s", self.where(), err)
             return

@@ -58,6 +58,7 @@ DEFAULT_PART_SIZE = 8 * MiB
 DEFAULT_THRESHOLD = 64 * MiB  # below this a payload goes up in one PutObject
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
 MAX_PARTS = 10_000
+CLOCK_SKEW_MARGIN = 60.0  # seconds: our clock against the server's, for stale uploads
 # Parallel parts and ranged GETs. Each stream costs client CPU (copies, hashing, HTTP);
 # on a 2-core pod 2 streams moved 512 MiB faster than 8 (309 vs 223 MiB/s up to a
 # loopback rclone) and disturbed the training loop less, so scale with the cores.
@@ -814,13 +815,15 @@ class S3Store:
     def _lister(self, kwargs: dict[str, Any]) -> Callable[[], Any]:
         return lambda: self._client.list_objects_v2(**kwargs)
 
-    def remove_temp_files(self, prefix: str) -> int:
+    def remove_temp_files(self, prefix: str, older_than: float | None = None) -> int:
         """Abort the incomplete multipart uploads under ``prefix`` (a run's folder).
 
         A pod killed in the middle of a large save leaves its parts in the bucket,
         invisible and billed. Called when a new attempt has claimed the run (older
         attempts are fenced) and by ``resumable rm``. Best effort: a server without
         ListMultipartUploads, or a failure here, leaves them to a lifecycle rule.
+        With ``older_than`` only uploads initiated before it, less a minute for clock
+        skew between us and the server: a newer attempt's save in flight stays.
         Returns how many uploads were aborted.
         """
         full_prefix = self.root + prefix
@@ -831,6 +834,11 @@ class S3Store:
             for page in pages:
                 for upload in page.get("Uploads", ()):
                     key = upload["Key"]
+                    initiated = upload.get("Initiated")
+                    if older_than is not None and (
+                            initiated is None
+                            or initiated.timestamp() >= older_than - CLOCK_SKEW_MARGIN):
+                        continue
                     self._abort(key[len(self.root):], key, upload["UploadId"])
                     aborted += 1
         except Exception as exc:  # cleanup must never fail a run
