@@ -160,6 +160,36 @@ def _require_run(store: Store, run_id: str) -> list[str]:
     return names
 
 
+def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | None:
+    """The header of the run's result if the run is completed, else None.
+
+    Completed means the result was written by the newest attempt (its header's epoch is
+    at least the newest verified attempt record): a run called again with more
+    generations (``ignore=``) keeps its old result while the newer attempt runs.
+    """
+    if RESULT not in names:
+        return None
+    info = _inspect(store, run_id, RESULT, None, full=False)
+    if info.problem or info.epoch is None:
+        return info if info.problem else None
+    key = _signing_key(KEY_ENV)
+    for name in sorted((n for n in names if n.startswith(EPOCH)), reverse=True):
+        tail = name[len(EPOCH):]
+        if len(tail) != 8 or not tail.isdigit():
+            continue
+        if int(tail) <= info.epoch:
+            break  # older records cannot be newer than the result
+        data = store.get(f"{run_id}/{name}")
+        if data is None:
+            continue
+        try:
+            _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{name}")
+        except _format.InvalidObject:
+            continue  # a stray or forged record fences nothing
+        return None  # a newer attempt claimed the run after the result: not completed
+    return info
+
+
 def _signing_key(env_name: str) -> bytes | None:
     """The key in ``$env_name``, accepted exactly as the decorator accepts it."""
     value = os.environ.get(env_name)
@@ -244,6 +274,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
                     lambda item: _inspect(store, item[0], item[1], None, full=False), todo),
                     strict=True):
                 headers[run_id] = info
+    with_result = [r for r, names in sorted(runs.items()) if RESULT in names]
+    completed: dict[str, bool] = {}
+    with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
+        for run_id, done in zip(with_result, pool.map(
+                lambda r: _completed(store, r, runs[r]), with_result), strict=True):
+            completed[run_id] = done is not None and not done.problem
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpt = newest[run_id]
@@ -253,7 +289,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
             "attempts": sum(1 for n in names if n.startswith(EPOCH)),
-            "complete": RESULT in names,
+            "complete": completed.get(run_id, False),
             "newest_created": None,
             "newest_bytes": None,
             "newest_problem": None,
@@ -423,9 +459,9 @@ def _rm_completed(args: argparse.Namespace) -> int:
     doomed: list[tuple[str, list[str], str]] = []
     now = time.time()
     for run_id, names in sorted(runs.items()):
-        if RESULT not in names:
-            continue
-        info = _inspect(store, run_id, RESULT, None, full=False)
+        info = _completed(store, run_id, names)
+        if info is None:
+            continue  # no result, or a newer attempt is extending the run
         if info.problem or info.created is None:
             print(f"skipping {run_id}: its result record cannot be read ({info.problem})",
                   file=sys.stderr)
