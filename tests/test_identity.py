@@ -699,7 +699,7 @@ def test_fixed_run_id_accepts_arguments_with_no_stable_value(memory_url: str) ->
 
 
 def _make_cached(k: Any) -> Callable[[Any], Any]:
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def fit(x: Any) -> Any:
         return x * k
 
