@@ -234,7 +234,7 @@ def _below(url: str, prefix: str) -> str:
 
 
 def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Runs (a first path component holding objects directly) and, separately, the
+    """Runs (a first path component holding run objects directly) and, separately, the
     first components that only hold deeper keys: folders of runs, one level down."""
     runs: dict[str, list[str]] = {}
     deeper: set[str] = set()
@@ -246,6 +246,8 @@ def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
             deeper.add(run_id)
         else:
             runs.setdefault(run_id, []).append(name)
+    # A folder without any object this library writes (notes/readme.txt) is no run.
+    runs = {r: names for r, names in runs.items() if any(_kind_of(n) for n in names)}
     return runs, sorted(deeper - set(runs))
 
 

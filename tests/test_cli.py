@@ -131,6 +131,19 @@ def test_ls_empty_store(tmp_path: Path) -> None:
     assert json.loads(cli("ls", str(tmp_path), "--json").stdout)["runs"] == []
 
 
+def test_ls_above_the_runs_ignores_folders_without_run_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stray folder (notes/readme.txt) next to a folder of runs is not a run: ls one
+    level above still says there are no runs here and which folder holds them."""
+    populate(tmp_path / "exp", "r1", n=2)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("x")
+    assert resumable_cli.main(["ls", str(tmp_path)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "did you mean" in err and "/exp" in err, err
+
+
 def test_show_lists_objects_with_headers(store: Path) -> None:
     """show --json gives each object's kind, step and serializer; verified is null
     (only headers were read) unless --verify downloads and verifies every object."""
