@@ -351,8 +351,9 @@ def _history(run_id: str, records: dict[str, Any]) -> list[dict[str, Any]]:
                 "ignored": dict(record.get("shown") or {}),
                 "code": record.get("code") or None,
             })
-        except (_format.InvalidObject, ValueError, KeyError, TypeError, IndexError) as err:
-            rows.append({"epoch": None, "object": name, "problem": str(err)})
+        except (_format.InvalidObject, ValueError, KeyError, TypeError, IndexError,
+                OverflowError, OSError) as err:  # a start time no datetime holds: 1e30, inf
+            rows.append({"epoch": None, "object": name, "problem": str(err) or repr(err)})
     return rows
 
 

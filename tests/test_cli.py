@@ -443,3 +443,21 @@ def test_verify_refuses_a_short_key_in_one_line(store: Path) -> None:
     proc = cli("verify", str(store), "done", key="k" * 15)
     assert_one_line_error(proc)
     assert proc.returncode == EXIT_CONFIG and "at least 16 bytes" in proc.stderr
+
+
+@pytest.mark.parametrize("started", [1e30, float("inf"), -1e20])
+def test_show_marks_a_call_record_with_an_impossible_start_time_unreadable(
+    tmp_path: Path, started: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checksum-valid call record (anyone can write one in an unsigned run) with a
+    start time no datetime holds is one unreadable row, not a failed `show`."""
+    populate(tmp_path, "r1", n=2)
+    record = {"epoch": 9, "started": started, "resumed_from_step": 0, "shown": {}, "code": ""}
+    frames = _format.encode([json.dumps(record).encode()], kind="call", serializer="raw",
+                            created=1.0, name="r1/call-00000009")
+    (tmp_path / "r1" / "call-00000009").write_bytes(b"".join(bytes(f) for f in frames))
+    assert resumable_cli.main(["show", str(tmp_path), "r1"]) == 0
+    assert "call-00000009" in capsys.readouterr().out
+    assert resumable_cli.main(["show", "--json", str(tmp_path), "r1"]) == 0
+    history = json.loads(capsys.readouterr().out)["history"]
+    assert [h["object"] for h in history if h.get("problem")] == ["call-00000009"]
