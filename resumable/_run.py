@@ -482,6 +482,8 @@ class Run:
         overflows the 8-digit names nor hides the checkpoints written after it.
         """
         latest = self.latest_epoch()
+        if latest == 0 and self.signing_key is not None:
+            self._refuse_wrong_key()
         if latest >= MAX_EPOCH:
             name = f"{EPOCH}{latest:08d}"
             raise CheckpointCorruptError(
@@ -501,6 +503,29 @@ class Run:
                 return candidate
         raise FencedError(f"could not claim an attempt number for {self.where()}: "
                           "a thousand concurrent attempts?")
+
+    def _refuse_wrong_key(self) -> None:
+        """Before a claim, with a key: attempt records exist but none verifies, and the
+        newest fails its signature. The key is wrong (or all were forged): raise before
+        writing anything, rather than add an attempt the run's key cannot verify."""
+        listed = self.epochs()
+        if not listed:
+            return
+        name = f"{EPOCH}{listed[-1]:08d}"
+        data = self.store.get(self.key(name))
+        if data is None:
+            return
+        try:
+            self._decode(name, data, "epoch")
+        except _format.InvalidObject as err:
+            if err.tampered:
+                raise CheckpointTamperedError(
+                    f"run {self.run_id!r} in {self.store.url}: no attempt record verifies "
+                    f"with this signing key ({name}: {err.reason}); the key is not the "
+                    "run's. Set $RESUMABLE_SIGNING_KEY (or signing_key=) to the key the "
+                    f"run was started with; inspect with `resumable verify {self.store.url} "
+                    f"{self.run_id}`. Nothing was written"
+                ) from None
 
     def _epoch_json(self, base: str | None) -> bytes:
         return json.dumps({
