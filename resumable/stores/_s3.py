@@ -95,9 +95,15 @@ _URL_OPTIONS = {
     "checksums": str,
 }
 _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
-# What botocore accepts (legacy names allow capitals and underscores); anything else
-# fails every request with a parameter-validation error, so say so at once.
-_BUCKET = re.compile(r"^[a-zA-Z0-9.\-_]{1,255}$")
+# S3's bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens, a letter
+# or digit at both ends, no "..", not an IP address. A name outside them can never
+# exist, so say so at once instead of sending requests that fail.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_IP_ADDRESS = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def _valid_bucket(name: str) -> bool:
+    return bool(_BUCKET.match(name)) and ".." not in name and not _IP_ADDRESS.match(name)
 
 _clients: dict[tuple[object, ...], Any] = {}
 _clients_lock = threading.Lock()
@@ -294,10 +300,11 @@ class S3Store:
             raise ConfigurationError(f"store URL {url!r} must look like s3://bucket/prefix")
         self.url = url
         self.bucket = parts.netloc
-        if not _BUCKET.match(self.bucket):
+        if not _valid_bucket(self.bucket):
             raise ConfigurationError(
                 f"store URL {url!r}: {self.bucket!r} is not a valid bucket name; S3 bucket "
-                "names are 3-63 lowercase letters, digits, dots and hyphens, e.g. "
+                "names are 3-63 lowercase letters, digits, dots and hyphens, starting and "
+                "ending with a letter or digit, without '..', and not an IP address, e.g. "
                 "s3://my-ga-runs/prefix"
             )
         prefix = parts.path.strip("/")
