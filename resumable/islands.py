@@ -24,6 +24,7 @@ and a body that is not deterministic is caught at its first migration.
 
 from __future__ import annotations
 
+import operator
 import os
 import random
 import time
@@ -89,14 +90,16 @@ def _sources(islands: int, topology: Topology) -> dict[int, tuple[int, ...]]:
         )
     out: dict[int, tuple[int, ...]] = {}
     for island in range(islands):
-        senders = tuple(topology.get(island, ()))
-        for s in senders:
-            if not isinstance(s, int) or not 0 <= s < islands or s == island:
+        senders = []
+        for s in topology.get(island, ()):
+            index = None if isinstance(s, bool) else getattr(s, "__index__", None)
+            if index is None or not 0 <= index() < islands or index() == island:
                 raise ConfigurationError(
                     f"topology: island {island} receives from {s!r}, which is not another "
                     f"island in 0..{islands - 1}"
                 )
-        out[island] = senders
+            senders.append(index())
+        out[island] = tuple(senders)
     extra = set(topology) - set(range(islands))
     if extra:
         raise ConfigurationError(f"topology names islands {sorted(extra)} outside 0..{islands - 1}")
@@ -125,10 +128,8 @@ class Archipelago:
         timeout: float | None = None,
         serializer: str | Serializer = "pickle",
     ) -> None:
-        if not isinstance(islands, int) or islands < 1:
-            raise ConfigurationError(f"islands must be a positive int, not {islands!r}")
-        if not isinstance(every, int) or every < 1:
-            raise ConfigurationError(f"every must be a positive int (generations), not {every!r}")
+        islands = _integer("islands", islands, 1, "a positive int")
+        every = _integer("every", every, 1, "a positive int (generations)")
         if not experiment or experiment != experiment.strip("/") or "//" in experiment:
             raise ConfigurationError(
                 f"experiment {experiment!r} must be a non-empty name without leading, "
@@ -145,6 +146,8 @@ class Archipelago:
         self._jitter = random.Random()  # private: never draws from the captured global RNG
 
     def key(self, island: int, generation: int) -> str:
+        island = self._check_island(island)
+        generation = _integer("generation", generation, 0, "an int >= 0")
         return f"{self.experiment}/migrants/{island}/{generation}"
 
     def where(self, island: int, generation: int) -> str:
@@ -152,12 +155,14 @@ class Archipelago:
 
     def due(self, generation: int) -> bool:
         """Whether ``generation`` is a migration generation."""
+        generation = _integer("generation", generation, 0, "an int >= 0")
         return generation > 0 and generation % self.every == 0
 
     def migrate(self, island: int, generation: int, emigrants: Any) -> list[Any]:
         """Publish ``emigrants`` and return the immigrants, one entry per sending island
         (in topology order); ``[]`` when ``generation`` is not a migration generation."""
-        self._check_island(island)
+        island = self._check_island(island)
+        generation = _integer("generation", generation, 0, "an int >= 0")
         if not self.due(generation):
             return []
         self.publish(island, generation, emigrants)
@@ -166,7 +171,8 @@ class Archipelago:
 
     def publish(self, island: int, generation: int, emigrants: Any) -> None:
         """Create the migrant object, or check that the existing one is byte-identical."""
-        self._check_island(island)
+        island = self._check_island(island)
+        generation = _integer("generation", generation, 0, "an int >= 0")
         key = self.key(island, generation)
         what = f"the emigrants at {self.where(island, generation)}"
         frames = dumps_frames(self._serializer, emigrants, what, root="emigrants")
@@ -189,7 +195,8 @@ class Archipelago:
 
     def receive(self, island: int, generation: int, *, reader: int | None = None) -> Any:
         """The emigrants ``island`` published for ``generation``, waiting until they exist."""
-        self._check_island(island)
+        island = self._check_island(island)
+        generation = _integer("generation", generation, 0, "an int >= 0")
         key = self.key(island, generation)
         deadline = time.monotonic() + self.timeout
         pause = 0.02
@@ -228,12 +235,27 @@ class Archipelago:
             ) from None
         return loads_frames(self._serializer, decoded.frames)
 
-    def _check_island(self, island: int) -> None:
-        if not isinstance(island, int) or not 0 <= island < self.islands:
+    def _check_island(self, island: int) -> int:
+        """``island`` as a plain int (numpy integers welcome), or a ConfigurationError."""
+        where = f"of experiment {self.experiment!r}"
+        value = _integer("island", island, 0, f"an int in 0..{self.islands - 1} {where}")
+        if value >= self.islands:
             raise ConfigurationError(
-                f"island {island!r} is not in 0..{self.islands - 1} of experiment "
-                f"{self.experiment!r}"
+                f"island {island!r} is not in 0..{self.islands - 1} {where}"
             )
+        return value
+
+
+def _integer(name: str, value: Any, minimum: int, what: str) -> int:
+    """``value`` as a plain int >= ``minimum``: any integer type (numpy's too), never a
+    bool or a float, else a ConfigurationError that names the argument."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise ConfigurationError(f"{name} must be {what}, not {value!r}")
+    return number
 
 
 __all__ = ["Archipelago", "MigrantConflictError", "MigrationError"]

@@ -313,3 +313,38 @@ def test_islands_benchmark_quick(tmp_path: Path) -> None:
         assert c["kills"] == doc["config"]["kills_per_run"] * doc["config"]["repeats"]
         assert c["redone_generations_per_kill"] >= 0
         assert finite(c["wall_seconds_no_kill"]) and finite(c["wall_seconds_with_kills"])
+
+
+# --- argument types: operator.index, never bool or float ------------------------------------
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"islands": True}, "islands"), ({"islands": 2.0}, "islands"),
+    ({"islands": 2, "every": True}, "every"), ({"islands": 2, "every": 2.0}, "every"),
+])
+def test_archipelago_refuses_bool_and_float_counts(tmp_path: Path, kwargs: dict[str, Any],
+                                                   name: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"^{name} must be"):
+        Archipelago(str(tmp_path), "e", **kwargs)
+
+
+@pytest.mark.parametrize("island, generation, name", [
+    (True, 1, "island"), (0.0, 1, "island"), (0, -2, "generation"), (0, 1.0, "generation"),
+    (0, "3", "generation"), (0, True, "generation"),
+])
+def test_migrate_refuses_bad_island_and_generation(tmp_path: Path, island: Any,
+                                                   generation: Any, name: str) -> None:
+    a = Archipelago(str(tmp_path), "e", islands=2, every=1, timeout=0.1)
+    for call in (lambda: a.migrate(island, generation, [1]),
+                 lambda: a.publish(island, generation, [1]),
+                 lambda: a.receive(island, generation)):
+        with pytest.raises(ConfigurationError, match=rf"^{name} "):
+            call()
+    assert not list(tmp_path.rglob("*.*")) and not [p for p in tmp_path.rglob("*")
+                                                    if p.is_file()]
+
+
+def test_numpy_integers_are_islands_and_generations(tmp_path: Path) -> None:
+    a = Archipelago(str(tmp_path), "e", islands=np.int64(2), every=np.int32(1), timeout=5)
+    a.publish(np.int64(0), np.int64(1), ["from 0"])
+    assert a.migrate(np.int64(1), np.int32(1), ["from 1"]) == [["from 0"]]
+    assert a.key(np.int64(1), np.int64(1)) == "e/migrants/1/1"

@@ -8,6 +8,7 @@ from typing import Any
 
 from .._errors import ConfigurationError, SerializationError
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
+from ._identity import numpy_global_state
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,18 @@ def _pymoo_identity(algorithm: Any) -> Any:
     return {k: v for k, v in vars(algorithm).items() if k not in skip}
 
 
+# Wall-clock and logging fields of pycma's es: not progress, and never equal twice.
+_CMA_VOLATILE = frozenset({"logger", "timer", "time_last_displayed"})
+
+
+def _cma_identity(es: Any) -> Any:
+    """A pycma es by its whole state (countiter, mean, sigma, C, archives...), so a second
+    call on the same es continues it instead of finding the first call's run, and numpy's
+    global RNG, which pycma samples from."""
+    return {"state": {k: v for k, v in vars(es).items() if k not in _CMA_VOLATILE},
+            "numpy.random": numpy_global_state()}
+
+
 def _ng_identity(opt: Any) -> Any:
     """A nevergrad optimizer by value: its parameters carry random uids, so not vars()."""
     p = opt.parametrization
@@ -92,7 +105,7 @@ def _ng_identity(opt: Any) -> Any:
 
 _ADAPTERS = {
     "cma": _Adapter("cma", _cma_round, lambda es: bool(es.stop()), _cma_best,
-                    lambda es: getattr(es, "inputargs", es)),
+                    _cma_identity),
     "nevergrad": _Adapter("nevergrad", _ng_round, lambda opt: False, _ng_best,
                           lambda opt: _ng_identity(opt)),
     "pymoo": _Adapter("pymoo", _pymoo_round, lambda algo: not algo.has_next(), _pymoo_best,

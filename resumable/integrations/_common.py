@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import inspect
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
@@ -34,6 +35,22 @@ def check_options(func: str, options: Mapping[str, Any]) -> None:
             f"{func}() got unexpected keyword argument(s) {', '.join(unknown)}; besides the "
             f"library's own arguments it takes the @checkpointed options "
             f"{', '.join(sorted(option_names()))}")
+
+
+def refuse_near_misses(func: str, passed_on: Mapping[str, Any]) -> None:
+    """TypeError for a keyword passed on to the library that looks like a misspelt option.
+
+    For libraries that swallow unknown keywords (pymoo's ``setup`` sets any of them as an
+    attribute), so ``stor=`` would otherwise checkpoint silently to the default store.
+    """
+    names = sorted(option_names())
+    for key in sorted(passed_on):
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+        if close:
+            raise TypeError(
+                f"{func}() got the keyword argument {key}=, which is not one of the "
+                f"@checkpointed options: did you mean {close[0]}=? (the library would take "
+                f"{key}= silently). The options are {', '.join(names)}")
 
 
 def progress_option(options: dict[str, Any], total: int | None,

@@ -251,3 +251,15 @@ def digest(parts: Mapping[str, Any]) -> str:
 def global_random_state() -> tuple[Any, ...]:
     """The state of the ``random`` module: DEAP draws from it, so it is part of the run."""
     return random.getstate()
+
+
+def numpy_global_state() -> Any:
+    """The state of numpy's global RNG (``np.random.seed``) when numpy is imported, else None.
+
+    pycma samples from it, and so does any objective that calls ``np.random.normal``: two
+    seeds are two runs. Never imports numpy.
+    """
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    return np.random.get_state(legacy=False)

@@ -9,8 +9,10 @@ pymoo's random generator (``algorithm.random_state``), its population, terminati
 history. The loop is pymoo's ``minimize`` and ``Algorithm.run``; the keyword arguments
 that are ``@checkpointed`` options (``store=``, ``run_id=``, ``every=``, ``progress=``...)
 go to resumable, the others (``seed=``, ``verbose=``, ``callback=``, ``save_history=``...)
-to ``algorithm.setup`` as in pymoo. The default serializer is ``"cloudpickle"``: some of
-pymoo's operators (GA's mating) hold local functions that pickle cannot save.
+to ``algorithm.setup`` as in pymoo, except a near miss of an option name (``stor=``),
+which is a ``TypeError`` naming the option meant. The default serializer is
+``"cloudpickle"``: some of pymoo's operators (GA's mating) hold local functions that
+pickle cannot save.
 ``progress=`` is resumable's bar (with the best
 fitness); pymoo's own progress bar is not used.
 
@@ -26,7 +28,14 @@ import copy
 from collections.abc import Generator
 from typing import Any
 
-from ._common import Pristine, adopt, progress_option, run_checkpointed, split_options
+from ._common import (
+    Pristine,
+    adopt,
+    progress_option,
+    refuse_near_misses,
+    run_checkpointed,
+    split_options,
+)
 
 __all__ = ["minimize"]
 
@@ -57,6 +66,7 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
              **kwargs: Any) -> Any:
     """``pymoo.optimize.minimize``, one checkpoint per generation."""
     options, setup = split_options(kwargs)
+    refuse_near_misses("resumable.integrations.pymoo.minimize", setup)
     options.setdefault("serializer", PYMOO_SERIALIZER)
     total = None
     if isinstance(termination, tuple) and len(termination) == 2 and termination[0] == "n_gen":
