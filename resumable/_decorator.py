@@ -21,7 +21,7 @@ from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
-from ._run import BufferPool, Checkpoint, Run, Snapshot
+from ._run import RNG_END, BufferPool, Checkpoint, Run, Snapshot
 from ._runid import validate_run_id
 from ._uploader import Uploader
 from .serializers import Serializer, get_serializer
@@ -550,6 +550,10 @@ class _Execution:
             if self.checked_result[0]:
                 log.info("run %s is complete; returning its stored result without running it",
                          run.where())
+                # The RNGs as the run left them, so that what the caller does next (a
+                # second phase, say) draws what it drew after the uninterrupted run.
+                self._restore_rng(run.load_rng_start(RNG_END) if self.opts.capture_rng
+                                  else None)
         return self.checked_result
 
     def _drive(self) -> Generator[Any, None, Any]:
@@ -581,6 +585,10 @@ class _Execution:
                     if step > start_step and not self.interrupted:
                         self._checkpoint(last_state, step, force=True)  # the final state
                     self._flush_last()
+                    end_rng = self._capture_rng()
+                    if end_rng is not None:
+                        run.check_fenced()
+                        run.write_rng_start(end_rng, RNG_END)
                     run.write_result(result)
                     log.info("run %s finished at step %d (%d new, %d snapshot(s) coalesced)",
                              run.where(), step, step - start_step, self.uploader.skipped)

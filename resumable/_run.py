@@ -54,6 +54,7 @@ CKPT = "ckpt-"
 EPOCH = "epoch-"
 RESULT = "result"
 RNG_START = "rng-start"
+RNG_END = "rng-end"  # the RNGs as the completed run left them (restored on recall)
 IDENTITY = "identity"
 CALL = "call-"
 _RAW = "raw"  # serializer name for records that hold no user object
@@ -426,15 +427,15 @@ class Run:
                 "classes importable here, at a compatible version?"
             ) from err
 
-    def load_rng_start(self) -> _rng.RngState | None:
-        data = self.store.get(self.key(RNG_START))
+    def load_rng_start(self, name: str = RNG_START) -> _rng.RngState | None:
+        data = self.store.get(self.key(name))
         if data is None:
             return None
         try:
-            return _rng_loads(self._decode(RNG_START, data, "rng").frames[0])
+            return _rng_loads(self._decode(name, data, "rng").frames[0])
         except _format.InvalidObject as err:
-            log.error("RNG record %s fails verification (%s); capturing a new one",
-                      self.where(RNG_START), err.reason)
+            log.error("RNG record %s fails verification (%s); %s", self.where(name),
+                      err.reason, "capturing a new one" if name == RNG_START else "ignoring it")
             return None
 
     def read_record(self, name: str, kind: str) -> dict[str, Any] | None:
@@ -626,9 +627,8 @@ class Run:
             old = self._known.pop(0)
             self.store.delete(self.key(old))
 
-    def write_rng_start(self, rng: _rng.RngState) -> None:
-        self.store.put(self.key(RNG_START),
-                       self._encode(RNG_START, [_pickle_rng(rng)], "rng", _RAW))
+    def write_rng_start(self, rng: _rng.RngState, name: str = RNG_START) -> None:
+        self.store.put(self.key(name), self._encode(name, [_pickle_rng(rng)], "rng", _RAW))
 
     def write_result(self, value: Any) -> None:
         self.check_fenced()

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
-from ._run import CALL, EPOCH, IDENTITY, RESULT, RNG_START, parse_ckpt_name
+from ._run import CALL, EPOCH, IDENTITY, RESULT, RNG_END, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
 
@@ -51,7 +51,7 @@ def _kind_of(name: str) -> str:
         return "epoch"
     if name.startswith(CALL):
         return "call"
-    return {RESULT: "result", RNG_START: "rng", IDENTITY: "identity"}.get(name, "")
+    return {RESULT: "result", RNG_START: "rng", RNG_END: "rng", IDENTITY: "identity"}.get(name, "")
 
 
 @dataclass

@@ -695,3 +695,34 @@ def test_last_state_is_saved_when_an_earlier_save_failed(
     assert latest is not None and latest.step == stopped  # saved again before the error left
     assert f() == 50  # and the run goes on from there
     assert yielded[len(yielded) - (50 - stopped)] == stopped + 1
+
+
+def test_a_completed_run_called_again_leaves_the_rngs_where_the_run_left_them(
+    tmp_path: Path,
+) -> None:
+    """A script that chains calls (phase 1, then phase 2) gives the uninterrupted result
+    after a restart only if the recalled phase 1 leaves the RNGs as its run did."""
+
+    @checkpointed(store=str(tmp_path))
+    def f(n: int, *, state: Any = None) -> Any:
+        s = state or 0
+        while s < n:
+            s += 1
+            random.random()
+            np.random.random()
+            yield s
+        return s
+
+    random.seed(1)
+    np.random.seed(1)
+    assert f(5) == 5
+    after = (random.random(), float(np.random.random()))
+    random.seed(1)
+    np.random.seed(1)
+    assert f(5) == 5  # the stored result, the body is not run
+    assert (random.random(), float(np.random.random())) == after
+    random.seed(1)
+    np.random.seed(1)
+    it = f.iter(5)
+    assert it.result == 5  # at once, and the RNGs are restored at once too
+    assert (random.random(), float(np.random.random())) == after

@@ -31,6 +31,7 @@ BAD = {
     "RESUMABLE_RESTART_BACKOFF": ["soon", "-1", "nan", "1s"],
     "RESUMABLE_RETRY_DEADLINE": ["forever", "-5", "nan", "60s"],
     "RESUMABLE_TERM_TIMEOUT": ["never", "-1", "nan", "20s"],
+    "RESUMABLE_MIGRATION_TIMEOUT": ["soon", "-5", "nan"],
     "RESUMABLE_EXIT_CODES": ["maybe", "2"],
 }
 ANY_STRING = {"RESUMABLE_STORE"}  # every string is a store URL or path until it is opened
@@ -142,6 +143,7 @@ def test_bad_values_raise_configuration_error_naming_the_variable(
     ("RESUMABLE_SNAPSHOT_LIMIT", "0", 0),
     ("RESUMABLE_RETRY_DEADLINE", "inf", math.inf),
     ("RESUMABLE_TERM_TIMEOUT", "2.5", 2.5),
+    ("RESUMABLE_MIGRATION_TIMEOUT", "30", 30.0),
     ("RESUMABLE_EXIT_CODES", "0", False),
     ("RESUMABLE_EXIT_CODES", "no", False),
     ("RESUMABLE_RUN_ID", "job-7", "job-7"),

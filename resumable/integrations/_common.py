@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
+from .. import _settings
 from .._decorator import checkpointed
 from .._errors import ConfigurationError
 from .._progress import Bar
@@ -57,7 +57,7 @@ def run_checkpointed(
     of an inner checkpointed function; the live objects reach the body through its closure.
     A part without a stable value needs ``run_id=`` (or $RESUMABLE_RUN_ID).
     """
-    explicit = options.get("run_id") or os.environ.get("RESUMABLE_RUN_ID")
+    explicit = options.get("run_id") or _settings.RUN_ID.read()
     try:
         run = digest(identity())
     except Unidentifiable as err:
