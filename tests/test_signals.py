@@ -339,6 +339,7 @@ def test_sigterm_saves_runs_in_every_thread_and_exits(tmp_path: Path, main_run: 
     proc = run_script(tmp_path, _THREADS, args=["install", main_run])
     assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
     assert "still running" not in proc.stdout
+    assert "Exception in thread" not in proc.stderr, proc.stderr[-3000:]  # a designed stop
     store = open_store(str(tmp_path / "store"))
     worker = Run(store, "worker").load_latest(with_state=False)
     assert worker is not None and worker.step >= 3
@@ -347,6 +348,35 @@ def test_sigterm_saves_runs_in_every_thread_and_exits(tmp_path: Path, main_run: 
         assert worker.step >= at  # the worker finished the generation it was in
         main = Run(store, "main").load_latest(with_state=False)
         assert main is not None and main.step == 5
+
+
+_LATE_START = """
+import atexit, sys, threading
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="late")
+def f(*, state=None):
+    yield 1
+    return "ran"
+
+def worker():
+    threading.main_thread().join()  # the script body is over: shutdown has begun
+    print("thread run:", f(), flush=True)
+
+if sys.argv[1] == "thread":
+    threading.Thread(target=worker).start()
+else:
+    atexit.register(lambda: print("atexit run:", f(), flush=True))
+"""
+
+
+@pytest.mark.parametrize("where", ["thread", "atexit"])
+def test_a_run_first_started_during_shutdown_works(tmp_path: Path, where: str) -> None:
+    """A run first started once the interpreter shuts down (a worker thread still going
+    after the script body, an atexit handler) runs; Python refuses new exit hooks then."""
+    proc = run_script(tmp_path, _LATE_START, args=[where])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{where} run: ran" in proc.stdout, proc.stderr[-3000:]
 
 
 def test_a_run_first_started_in_a_thread_warns_once(tmp_path: Path) -> None:
@@ -436,6 +466,30 @@ def test_the_previous_handling_is_restored_after_the_run(tmp_path: Path, previou
     assert "restored True" in proc.stdout and "still running" in proc.stdout
     if previous == "handler":
         assert "app handler saw step" in proc.stdout
+
+
+_REPLACED_IN_RUN = """
+import signal
+from resumable import checkpointed
+
+def app(signum, frame):
+    pass
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    signal.signal(signal.SIGTERM, app)  # e.g. a server or framework set up by the body
+    yield 1
+
+f()
+print("kept", signal.getsignal(signal.SIGTERM) is app, flush=True)
+"""
+
+
+def test_a_handler_installed_during_the_run_is_kept(tmp_path: Path) -> None:
+    """The run ends: the handler seen at its start is restored only if ours is still set."""
+    proc = run_script(tmp_path, _REPLACED_IN_RUN)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kept True" in proc.stdout
 
 
 # -- program end with an unfinished iterator ----------------------------------------------
