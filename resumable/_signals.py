@@ -286,16 +286,29 @@ def _wait_for_flagged(deadline: float) -> bool:
     return True
 
 
+_leaving = False  # _hard_exit has begun
+
+
 def _hard_exit(why: str) -> None:
     log.error("SIGTERM: %s within $RESUMABLE_TERM_TIMEOUT=%gs; its saves are done, "
               "exiting with 143 now", why, term_timeout())
+    global _leaving
+    _leaving = True  # a child forked from now on leaves at once (see _after_fork_in_child)
     mp = sys.modules.get("multiprocessing")
     if mp is not None:
         # Pool workers forked after the group SIGTERM (a pool replaces dead workers)
-        # would outlive us, blocked on the pool's queue, holding our stdout and stderr.
-        for child in mp.active_children():
-            with contextlib.suppress(Exception):
-                child.kill()
+        # would outlive us, blocked on the pool's queue, holding our stdout and stderr;
+        # the pool's handler thread may fork more while we kill these.
+        for _ in range(3):
+            children = mp.active_children()
+            if not children:
+                break
+            for child in children:
+                with contextlib.suppress(Exception):
+                    child.kill()
+            for child in children:
+                with contextlib.suppress(Exception):
+                    child.join(1.0)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
@@ -365,6 +378,8 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
+    if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
+        os._exit(143)
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

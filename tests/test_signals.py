@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -265,6 +267,18 @@ if __name__ == "__main__":
 """
 
 
+def _group_alive(pgid: int) -> bool:
+    """Some process of the group is alive (zombies, reaped by init later, do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 @pytest.mark.parametrize("kind", ["pool", "fork", "spawn"])
 def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: str) -> None:
     """kill -TERM -PGID with pool workers in the body: the workers die as without us, the
@@ -281,12 +295,21 @@ def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: 
             seen = int(line.split()[1])
             break
     os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
+    try:  # the parent's exit, not the pipes' end: a leftover worker would hold those
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
         pytest.fail(f"the parent hung after SIGTERM to its process group: {err[-3000:]}")
+    # No pool worker outlives the parent (a pool replaces the workers the SIGTERM killed).
+    deadline = time.monotonic() + 30
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leftover = _group_alive(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate()
+    assert not leftover, f"processes of the group outlived the parent: {err[-3000:]}"
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
     latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
     assert latest is not None and latest.step >= seen
