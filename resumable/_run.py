@@ -149,6 +149,12 @@ class BufferPool:
 
     def give_back(self, frames: list[Buffer]) -> None:
         with _pool_lock:
+            # Only the sizes of the snapshot given back are kept: a state whose arrays
+            # change size (a growing archive) would otherwise leave every size it ever
+            # had in the pool, up to gigabytes for a few MiB of state.
+            sizes = {len(f) for f in frames if isinstance(f, bytearray)}
+            for n in [n for n in self._free if n not in sizes]:
+                del self._free[n]
             for f in frames:
                 if isinstance(f, bytearray) and len(f) >= 1 << 16:
                     free = self._free.setdefault(len(f), [])
