@@ -316,6 +316,7 @@ class _Execution:
         self.held: Any = None  # the state the consumer holds (the last one yielded)
         self.outer: weakref.ref[Generator[Any, None, Any]] | None = None
         self.checked_result: tuple[bool, Any] | None = None
+        self.stopping = False  # after SIGTERM: the body is done, the state is being saved
 
     # -- signals (called by _signals; on_sigterm runs inside the handler: flags only) ------
 
@@ -625,8 +626,10 @@ class _Execution:
                 failures = 0
                 last_state = self.held = yielded
                 self.step = step
+                self.stopping = self.terminate  # reached its yield after a SIGTERM
                 self._checkpoint(yielded, step)
                 if self.terminate:
+                    self.stopping = True  # the body reached its yield: only saving is left
                     self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile
                     raise _signals.terminated()
                 progress.advance(step, yielded)
@@ -636,6 +639,7 @@ class _Execution:
                 finally:
                     self.suspended = False
         except _signals.TERMINATION:
+            self.stopping = True
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
                         self._saved_step(), "stopping" if _signals.interactive()

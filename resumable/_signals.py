@@ -256,7 +256,9 @@ def _watchdog() -> None:
     if _wait_for_flagged(deadline):
         return
     global _interrupt_main
-    for run in [r for r in _flagged if r in _runs]:
+    # Runs that reached their yield are saving it: the timeout bounds the body's run to
+    # its yield, not the save after it, so only the others are interrupted.
+    for run in [r for r in _flagged if r in _runs and not getattr(r, "stopping", False)]:
         log.warning("SIGTERM: a run in thread %r reached no yield within "
                     "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
                     "stands)", run.thread.name, timeout)
@@ -269,10 +271,13 @@ def _watchdog() -> None:
                 ctypes.c_ulong(run.thread.ident), ctypes.py_object(Terminated))
     if _wait_for_flagged(deadline + timeout) or interactive():
         return
-    # The interrupted body does not unwind (its cleanup hangs, e.g. terminating a pool
-    # whose workers died holding its queue's lock): finish the saves and leave.
+    # A slow save, or an interrupted body that does not unwind (its cleanup hangs, e.g.
+    # terminating a pool whose workers died holding its queue's lock): finish the saves,
+    # give the runs one more timeout to leave, then leave.
     for run in [r for r in _flagged if r in _runs]:
         run.wait_for_saves()
+    if _wait_for_flagged(time.monotonic() + timeout):
+        return
     _hard_exit("a run did not stop after its interruption")
 
 

@@ -586,3 +586,57 @@ def test_an_interactive_session_survives_errors_and_sigterm(tmp_path: Path) -> N
     assert proc.returncode == 0
     latest = Run(open_store(str(tmp_path / "store")), "r").load_latest(with_state=False)
     assert latest is not None and latest.step == 3
+
+
+_SLOW_SAVE = """
+import sys, time
+from resumable import checkpointed
+from resumable.stores import open_store
+
+base = open_store({store!r})
+slow = [False]
+
+class Slow:  # a store whose checkpoint writes take longer than $RESUMABLE_TERM_TIMEOUT
+    def __getattr__(self, name):
+        return getattr(base, name)
+
+    def put(self, key, data):
+        if "ckpt-" in key and slow[0]:
+            time.sleep(2 * {timeout})
+        return base.put(key, data)
+
+@checkpointed(store=Slow(), run_id="s", every=100)
+def f(*, state=None):
+    state = state or {{"i": 0}}
+    while True:
+        state["i"] += 1
+        print("step", state["i"], flush=True)
+        sys.stdin.readline()  # the test says when the generation may end
+        slow[0] = True
+        yield state
+
+f()
+"""
+
+
+@pytest.mark.slow
+def test_a_save_slower_than_the_term_timeout_is_not_an_interruption(tmp_path: Path) -> None:
+    """The timeout bounds the body's run to its yield, not the save after it: the yield
+    that came in time is saved, and nothing says the body reached no yield."""
+    timeout = 2
+    script = tmp_path / "script.py"
+    script.write_text(_SLOW_SAVE.format(store=str(tmp_path / "store"), timeout=timeout))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT=str(timeout)))
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline().split() == ["step", "1"]
+    proc.send_signal(signal.SIGTERM)
+    proc.stdin.write("\n")  # the body finishes its generation and yields at once
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_SIGTERM, err[-3000:]
+    assert "reached no yield" not in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "s").load_latest()
+    assert latest is not None and latest.step == 1
