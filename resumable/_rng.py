@@ -157,13 +157,19 @@ def _numpy_state(np: Any) -> Any:
     more than the rest of a small snapshot); the raw read takes a microsecond. The layout
     is probed once against get_state() and the slow path is kept if anything differs.
     """
-    rs = np.random.mtrand._rand
-    offset = _gauss_offset if _gauss_offset is not None else _probe(np)
-    if offset < 0 or type(rs) is not np.random.RandomState:
-        return np.random.get_state()
+    # The object numpy's module-level functions draw from and np.random.set_state
+    # restores (np.random.mtrand._rand may have been replaced since they were bound).
+    rs: Any = getattr(np.random.get_state, "__self__", None)
+    if type(rs) is not np.random.RandomState:
+        return np.random.get_state(legacy=False)
     bitgen = rs._bit_generator
     if type(bitgen) is not np.random.MT19937:
-        return np.random.get_state()
+        # e.g. np.random.set_bit_generator(PCG64()): the legacy tuple does not exist
+        # (numpy warns at every call); the dict form restores with set_state too.
+        return rs.get_state(legacy=False)
+    offset = _gauss_offset if _gauss_offset is not None else _probe(np)
+    if offset < 0:
+        return rs.get_state()
     raw = ctypes.string_at(bitgen.ctypes.state_address, _MT_BYTES + 4)
     has_gauss, gauss = struct.unpack("i4xd", ctypes.string_at(id(rs) + offset, 16))
     return ("MT19937-raw", raw[:_MT_BYTES], struct.unpack("i", raw[_MT_BYTES:])[0],

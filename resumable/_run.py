@@ -149,6 +149,12 @@ class BufferPool:
 
     def give_back(self, frames: list[Buffer]) -> None:
         with _pool_lock:
+            # Only the sizes of the snapshot given back are kept: a state whose arrays
+            # change size (a growing archive) would otherwise leave every size it ever
+            # had in the pool, up to gigabytes for a few MiB of state.
+            sizes = {len(f) for f in frames if isinstance(f, bytearray)}
+            for n in [n for n in self._free if n not in sizes]:
+                del self._free[n]
             for f in frames:
                 if isinstance(f, bytearray) and len(f) >= 1 << 16:
                     free = self._free.setdefault(len(f), [])
@@ -482,6 +488,8 @@ class Run:
         overflows the 8-digit names nor hides the checkpoints written after it.
         """
         latest = self.latest_epoch()
+        if latest == 0 and self.signing_key is not None:
+            self._refuse_wrong_key()
         if latest >= MAX_EPOCH:
             name = f"{EPOCH}{latest:08d}"
             raise CheckpointCorruptError(
@@ -490,16 +498,40 @@ class Run:
                 f"library wrote in the usual way: inspect it with `resumable show "
                 f"{self.store.url} {self.run_id}` and delete it, or delete the run"
             )
+        claimed_after = time.time()  # temp files older than our claim are stale
         for candidate in range(latest + 1, min(latest + 1000, MAX_EPOCH + 1)):
             self.epoch = candidate
             name = f"{EPOCH}{candidate:08d}"
             payload = self._encode(name, [self._epoch_json(None if pending else base or "")],
                                    "epoch", _RAW)
             if self.store.put_if_absent(self.key(name), payload):
-                self._remove_stale_temp()
+                self._remove_stale_temp(claimed_after)
                 return candidate
         raise FencedError(f"could not claim an attempt number for {self.where()}: "
                           "a thousand concurrent attempts?")
+
+    def _refuse_wrong_key(self) -> None:
+        """Before a claim, with a key: attempt records exist but none verifies, and the
+        newest fails its signature. The key is wrong (or all were forged): raise before
+        writing anything, rather than add an attempt the run's key cannot verify."""
+        listed = self.epochs()
+        if not listed:
+            return
+        name = f"{EPOCH}{listed[-1]:08d}"
+        data = self.store.get(self.key(name))
+        if data is None:
+            return
+        try:
+            self._decode(name, data, "epoch")
+        except _format.InvalidObject as err:
+            if err.tampered:
+                raise CheckpointTamperedError(
+                    f"run {self.run_id!r} in {self.store.url}: no attempt record verifies "
+                    f"with this signing key ({name}: {err.reason}); the key is not the "
+                    "run's. Set $RESUMABLE_SIGNING_KEY (or signing_key=) to the key the "
+                    f"run was started with; inspect with `resumable verify {self.store.url} "
+                    f"{self.run_id}`. Nothing was written"
+                ) from None
 
     def _epoch_json(self, base: str | None) -> bytes:
         return json.dumps({
@@ -533,14 +565,17 @@ class Run:
         self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
         return latest
 
-    def _remove_stale_temp(self) -> None:
+    def _remove_stale_temp(self, older_than: float | None = None) -> None:
         """Temp files of this run's unfinished writes (a killed save) are stale once we
-        hold the newest claim: every older attempt is fenced."""
+        hold the newest claim: every older attempt is fenced. Only those begun before
+        ``older_than`` (the time we started to claim): an attempt that claimed after us
+        may already be saving, and its temp file is not ours to remove."""
         remove = getattr(self.store, "remove_temp_files", None)
         if remove is None:
             return
         try:
-            n = remove(self.run_id + "/")
+            n = (remove(self.run_id + "/") if older_than is None
+                 else remove(self.run_id + "/", older_than=older_than))
         except (OSError, StoreError) as err:
             log.warning("could not remove leftover temp files of %s: %s", self.where(), err)
             return

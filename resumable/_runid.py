@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import copyreg
 import dataclasses
 import enum
 import functools
 import hashlib
+import importlib
 import math
 import pickle
 import random
@@ -121,6 +123,10 @@ class _Encoder:
             parts = sorted(self._sub(item, f"{path} item", depth) for item in obj)
             out += f"set:{len(parts)}{{".encode() + b"".join(parts) + b"}"
         elif isinstance(obj, Mapping):
+            if type(obj) is not dict:  # OrderedDict, Counter, defaultdict: not a dict
+                out += f"mapping:{_name(type(obj))}:".encode()
+                if isinstance(obj, collections.defaultdict):
+                    enc(obj.default_factory, out, f"{path}.default_factory", depth)
             items = sorted(self._sub(k, f"{path} key", depth) + b"="
                            + self._sub(v, f"{path}[{k!r}]", depth) for k, v in obj.items())
             out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
@@ -138,7 +144,16 @@ class _Encoder:
                 out += b"]"
             else:
                 arr = np.ascontiguousarray(obj)
-                out += f"ndarray:{arr.dtype.str}:{arr.shape}:".encode() + arr.tobytes()
+                # A structured or void dtype's str is only its size (|V16): use its fields.
+                dtype = (repr(arr.dtype.descr) if arr.dtype.kind == "V" else arr.dtype.str)
+                out += f"ndarray:{dtype}:{arr.shape}:".encode() + arr.tobytes()
+            if type(obj) is not np.ndarray:  # a subclass: its class and what it adds
+                out += f"ndsub:{_name(type(obj))}:".encode()
+                if isinstance(obj, np.ma.MaskedArray):
+                    enc(np.ma.getmaskarray(obj).view(np.ndarray), out, f"{path}.mask", depth)
+                    enc(obj.fill_value, out, f"{path}.fill_value", depth)
+                else:
+                    enc(_Attrs(getattr(obj, "__dict__", {})), out, path, depth)
         elif np is not None and isinstance(obj, np.generic):
             enc(obj.item(), out, path, depth)
         elif (state := _rng_state(obj)) is not None:
@@ -213,7 +228,17 @@ class _Encoder:
             self._fail(obj, path, f"cannot be pickled ({err})")
         if isinstance(rv, str):  # a module-level singleton, pickled by name
             module = getattr(obj, "__module__", None) or pickle.whichmodule(obj, rv)  # type: ignore[attr-defined]
-            out += f"global:{module}.{rv};".encode()
+            if _resolve(module, rv) is obj:
+                out += f"global:{module}.{rv};".encode()
+                return
+            # The name does not lead back to it (an lru_cache'd closure, `<locals>`):
+            # identify what it wraps, by value, or refuse.
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is None or wrapped is obj:
+                self._fail(obj, path, f"it pickles by the name {module}.{rv}, which does "
+                                      "not lead back to it (a local or replaced object)")
+            out += f"wrapped:{_name(type(obj))}:".encode()
+            self._encode(wrapped, out, f"{path}.__wrapped__", depth)
             return
         if not isinstance(rv, tuple) or len(rv) < 2:
             self._fail(obj, path, f"its __reduce_ex__ returned {type(rv).__name__}")
@@ -233,6 +258,21 @@ class _Encoder:
             self._encode(list(items), out, f"{path} item", depth)
         if pairs is not None:
             self._encode(dict(pairs), out, path, depth)
+
+
+def _resolve(module: str, qualname: str) -> Any:
+    """The object ``module.qualname`` names, or None when it names nothing (``<locals>``)."""
+    found: Any = sys.modules.get(module)
+    if found is None:
+        try:
+            found = importlib.import_module(module)
+        except Exception:
+            return None
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return None
+    return found
 
 
 class _Attrs(dict[str, Any]):
@@ -264,7 +304,8 @@ def _atom(obj: Any, out: bytearray) -> None:
         data = obj.encode("utf-8", "surrogatepass")
         out += f"str:{len(data)}:".encode() + data
     else:
-        out += f"bytes:{len(obj)}:".encode() + bytes(obj)
+        kind = "bytes" if isinstance(obj, bytes) else "bytearray"
+        out += f"{kind}:{len(obj)}:".encode() + bytes(obj)
 
 
 def _code(code: types.CodeType, out: bytearray) -> None:

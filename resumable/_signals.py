@@ -21,6 +21,7 @@ $RESUMABLE_TERM_TIMEOUT seconds (default 20) is interrupted; its last saved stat
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import logging
@@ -96,6 +97,10 @@ _term_at: float | None = None  # when the SIGTERM being served arrived
 _flagged: list[Active] = []  # runs told to stop by it
 _chained = False
 _exit_hook = False
+_shutting_down = False  # _at_exit ran: the main thread's script is over, threads are joined
+_exit_143 = False  # a SIGTERM came during that join: exit 143 once the runs saved
+_interrupt_main = False  # the watchdog's own SIGTERM: the main thread's run missed the deadline
+_previous_excepthook: Any = None
 
 
 def install_signal_handlers() -> None:
@@ -132,22 +137,46 @@ def _install() -> bool:
 def _uninstall() -> None:
     global _installed
     if _installed and not _pinned and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _previous)
+        if signal.getsignal(signal.SIGTERM) is _handler:  # else the application replaced it
+            signal.signal(signal.SIGTERM, _previous)
         _installed = False
+
+
+def _excepthook(args: Any) -> None:
+    """A worker thread ended by our Terminated stops as designed: no traceback."""
+    if args.exc_type is not None and issubclass(args.exc_type, TERMINATION):
+        return
+    (_previous_excepthook or threading.__excepthook__)(args)
+
+
+def _hook_exit() -> None:
+    global _exit_hook, _previous_excepthook
+    if _exit_hook:
+        return
+    _exit_hook = True
+    atexit.register(_final_exit)
+    if threading.excepthook is not _excepthook:
+        _previous_excepthook, threading.excepthook = threading.excepthook, _excepthook
+    try:
+        threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+    except RuntimeError:  # shutdown has begun: _at_exit has nothing left to do
+        _at_exit_started()
 
 
 def enter(run: Active) -> None:
     """A run starts: it is served by the handler (installed now if this is the main thread)."""
-    global _warned, _exit_hook
+    global _warned
     with _lock:
         _runs.append(run)
-        if not _exit_hook:
-            threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
-            _exit_hook = True
-        if _install() or _warned:
-            return
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
-            return
+        try:
+            _hook_exit()
+            if _install() or _warned:
+                return
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
+                return
+        except BaseException:
+            _runs.remove(run)
+            raise
         _warned = True
     log.warning(
         "run started in thread %r: SIGTERM handling needs a handler installed from the main "
@@ -182,7 +211,7 @@ def terminating() -> bool:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
-    global _term_at
+    global _term_at, _interrupt_main, _exit_143
     if os.getpid() != _owner:  # a child forked without our at-fork reset
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -191,25 +220,31 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _term_at is None and not runs:
         _chain(signum, frame)
         return
-    if _term_at is None:
-        _term_at = time.monotonic()
-        _flagged.extend(runs)
-        for run in runs:
-            run.on_sigterm()
-        threading.Thread(target=_watchdog, name="resumable-sigterm", daemon=True).start()
-    elif time.monotonic() - _term_at >= term_timeout():
+    if _interrupt_main:
+        _interrupt_main = False
         raise terminated()  # sent by the watchdog: the main thread's run missed the deadline
-    else:
-        for run in runs:  # a second SIGTERM, or a run started since
-            if run not in _flagged:
+    if _term_at is not None:
+        for run in runs:  # a second SIGTERM, or a run started since: flags only; the
+            if run not in _flagged:  # main thread was told to stop by the first one
                 _flagged.append(run)
                 run.on_sigterm()
+        return
+    _term_at = time.monotonic()
+    _flagged.extend(runs)
+    for run in runs:
+        run.on_sigterm()
+    threading.Thread(target=_watchdog, name="resumable-sigterm", daemon=True).start()
     mains = [r for r in runs if r.thread is threading.main_thread()]
     if mains and all(r.suspended for r in mains):
         # An f.iter consumer is working on a yielded state: stop it now, not at its next
         # request; closing the run's iterator saves the state it holds.
         raise terminated()
     if not mains:
+        if _shutting_down or not threading.main_thread().is_alive():
+            # The script is over and Python joins the runs' threads: an exception here
+            # would be ignored (exit 0). Let the join end as the runs save; exit 143 then.
+            _exit_143 = True
+            return
         # Nothing to finish in this thread: end it; the exit hook waits for the runs in
         # other threads to save, then the process exits 143.
         raise terminated()
@@ -220,12 +255,14 @@ def _watchdog() -> None:
     deadline = (_term_at or time.monotonic()) + timeout
     if _wait_for_flagged(deadline):
         return
+    global _interrupt_main
     for run in [r for r in _flagged if r in _runs]:
         log.warning("SIGTERM: a run in thread %r reached no yield within "
                     "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
                     "stands)", run.thread.name, timeout)
         run.interrupt()
         if run.thread is threading.main_thread():
+            _interrupt_main = True
             signal.pthread_kill(run.thread.ident or 0, signal.SIGTERM)
         elif run.thread.ident is not None:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
@@ -249,16 +286,29 @@ def _wait_for_flagged(deadline: float) -> bool:
     return True
 
 
+_leaving = False  # _hard_exit has begun
+
+
 def _hard_exit(why: str) -> None:
     log.error("SIGTERM: %s within $RESUMABLE_TERM_TIMEOUT=%gs; its saves are done, "
               "exiting with 143 now", why, term_timeout())
+    global _leaving
+    _leaving = True  # a child forked from now on leaves at once (see _after_fork_in_child)
     mp = sys.modules.get("multiprocessing")
     if mp is not None:
         # Pool workers forked after the group SIGTERM (a pool replaces dead workers)
-        # would outlive us, blocked on the pool's queue, holding our stdout and stderr.
-        for child in mp.active_children():
-            with contextlib.suppress(Exception):
-                child.kill()
+        # would outlive us, blocked on the pool's queue, holding our stdout and stderr;
+        # the pool's handler thread may fork more while we kill these.
+        for _ in range(3):
+            children = mp.active_children()
+            if not children:
+                break
+            for child in children:
+                with contextlib.suppress(Exception):
+                    child.kill()
+            for child in children:
+                with contextlib.suppress(Exception):
+                    child.join(1.0)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
@@ -291,9 +341,27 @@ def _chain(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signum)
 
 
+def _at_exit_started() -> None:
+    global _shutting_down
+    _shutting_down = True
+
+
+def _final_exit() -> None:
+    """Last exit handler: a SIGTERM that came while Python joined the runs' threads."""
+    if not _exit_143:
+        return
+    chain_once()
+    logging.shutdown()  # registered before us, it would not run after os._exit
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(143)
+
+
 def _at_exit() -> None:
     """Before the interpreter joins threads: save what suspended runs hold; let the
     runs a SIGTERM stopped in other threads finish their save."""
+    _at_exit_started()
     for run in list(_runs):
         if run.suspended and (run.thread is threading.current_thread()
                               or not run.thread.is_alive()):
@@ -309,12 +377,15 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _installed, _pinned, _term_at, _chained, _lock
+    global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
+    if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
+        os._exit(143)
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _installed = _pinned = _chained = False
     _term_at = None
+    _exit_143 = _interrupt_main = False
     _runs.clear()
     _flagged.clear()
 

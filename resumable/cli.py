@@ -160,6 +160,36 @@ def _require_run(store: Store, run_id: str) -> list[str]:
     return names
 
 
+def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | None:
+    """The header of the run's result if the run is completed, else None.
+
+    Completed means the result was written by the newest attempt (its header's epoch is
+    at least the newest verified attempt record): a run called again with more
+    generations (``ignore=``) keeps its old result while the newer attempt runs.
+    """
+    if RESULT not in names:
+        return None
+    info = _inspect(store, run_id, RESULT, None, full=False)
+    if info.problem or info.epoch is None:
+        return info if info.problem else None
+    key = _signing_key(KEY_ENV)
+    for name in sorted((n for n in names if n.startswith(EPOCH)), reverse=True):
+        tail = name[len(EPOCH):]
+        if len(tail) != 8 or not tail.isdigit():
+            continue
+        if int(tail) <= info.epoch:
+            break  # older records cannot be newer than the result
+        data = store.get(f"{run_id}/{name}")
+        if data is None:
+            continue
+        try:
+            _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{name}")
+        except _format.InvalidObject:
+            continue  # a stray or forged record fences nothing
+        return None  # a newer attempt claimed the run after the result: not completed
+    return info
+
+
 def _signing_key(env_name: str) -> bytes | None:
     """The key in ``$env_name``, accepted exactly as the decorator accepts it."""
     value = os.environ.get(env_name)
@@ -204,7 +234,7 @@ def _below(url: str, prefix: str) -> str:
 
 
 def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Runs (a first path component holding objects directly) and, separately, the
+    """Runs (a first path component holding run objects directly) and, separately, the
     first components that only hold deeper keys: folders of runs, one level down."""
     runs: dict[str, list[str]] = {}
     deeper: set[str] = set()
@@ -216,6 +246,8 @@ def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
             deeper.add(run_id)
         else:
             runs.setdefault(run_id, []).append(name)
+    # A folder without any object this library writes (notes/readme.txt) is no run.
+    runs = {r: names for r, names in runs.items() if any(_kind_of(n) for n in names)}
     return runs, sorted(deeper - set(runs))
 
 
@@ -244,6 +276,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
                     lambda item: _inspect(store, item[0], item[1], None, full=False), todo),
                     strict=True):
                 headers[run_id] = info
+    with_result = [r for r, names in sorted(runs.items()) if RESULT in names]
+    completed: dict[str, bool] = {}
+    with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
+        for run_id, done in zip(with_result, pool.map(
+                lambda r: _completed(store, r, runs[r]), with_result), strict=True):
+            completed[run_id] = done is not None and not done.problem
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpt = newest[run_id]
@@ -253,7 +291,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
             "attempts": sum(1 for n in names if n.startswith(EPOCH)),
-            "complete": RESULT in names,
+            "complete": completed.get(run_id, False),
             "newest_created": None,
             "newest_bytes": None,
             "newest_problem": None,
@@ -313,8 +351,9 @@ def _history(run_id: str, records: dict[str, Any]) -> list[dict[str, Any]]:
                 "ignored": dict(record.get("shown") or {}),
                 "code": record.get("code") or None,
             })
-        except (_format.InvalidObject, ValueError, KeyError, TypeError, IndexError) as err:
-            rows.append({"epoch": None, "object": name, "problem": str(err)})
+        except (_format.InvalidObject, ValueError, KeyError, TypeError, IndexError,
+                OverflowError, OSError) as err:  # a start time no datetime holds: 1e30, inf
+            rows.append({"epoch": None, "object": name, "problem": str(err) or repr(err)})
     return rows
 
 
@@ -423,9 +462,9 @@ def _rm_completed(args: argparse.Namespace) -> int:
     doomed: list[tuple[str, list[str], str]] = []
     now = time.time()
     for run_id, names in sorted(runs.items()):
-        if RESULT not in names:
-            continue
-        info = _inspect(store, run_id, RESULT, None, full=False)
+        info = _completed(store, run_id, names)
+        if info is None:
+            continue  # no result, or a newer attempt is extending the run
         if info.problem or info.created is None:
             print(f"skipping {run_id}: its result record cannot be read ({info.problem})",
                   file=sys.stderr)

@@ -131,6 +131,19 @@ def test_ls_empty_store(tmp_path: Path) -> None:
     assert json.loads(cli("ls", str(tmp_path), "--json").stdout)["runs"] == []
 
 
+def test_ls_above_the_runs_ignores_folders_without_run_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stray folder (notes/readme.txt) next to a folder of runs is not a run: ls one
+    level above still says there are no runs here and which folder holds them."""
+    populate(tmp_path / "exp", "r1", n=2)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("x")
+    assert resumable_cli.main(["ls", str(tmp_path)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "did you mean" in err and "/exp" in err, err
+
+
 def test_show_lists_objects_with_headers(store: Path) -> None:
     """show --json gives each object's kind, step and serializer; verified is null
     (only headers were read) unless --verify downloads and verifies every object."""
@@ -337,7 +350,8 @@ def test_ls_and_show_read_only_headers(
     out = run_main(capsys, "ls", "counting://x")
     ls_store = counted[-1]
     assert "big" in out and "4.0 MiB" in out
-    assert ls_store.got == 0 and 0 < ls_store.headed <= resumable_cli.HEAD_BYTES
+    # The newest checkpoint's head, and the result's (is it the newest attempt's?).
+    assert ls_store.got == 0 and 0 < ls_store.headed <= 2 * resumable_cli.HEAD_BYTES
 
     out = run_main(capsys, "show", "counting://x", "big")
     show_store = counted[-1]
@@ -429,3 +443,21 @@ def test_verify_refuses_a_short_key_in_one_line(store: Path) -> None:
     proc = cli("verify", str(store), "done", key="k" * 15)
     assert_one_line_error(proc)
     assert proc.returncode == EXIT_CONFIG and "at least 16 bytes" in proc.stderr
+
+
+@pytest.mark.parametrize("started", [1e30, float("inf"), -1e20])
+def test_show_marks_a_call_record_with_an_impossible_start_time_unreadable(
+    tmp_path: Path, started: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checksum-valid call record (anyone can write one in an unsigned run) with a
+    start time no datetime holds is one unreadable row, not a failed `show`."""
+    populate(tmp_path, "r1", n=2)
+    record = {"epoch": 9, "started": started, "resumed_from_step": 0, "shown": {}, "code": ""}
+    frames = _format.encode([json.dumps(record).encode()], kind="call", serializer="raw",
+                            created=1.0, name="r1/call-00000009")
+    (tmp_path / "r1" / "call-00000009").write_bytes(b"".join(bytes(f) for f in frames))
+    assert resumable_cli.main(["show", str(tmp_path), "r1"]) == 0
+    assert "call-00000009" in capsys.readouterr().out
+    assert resumable_cli.main(["show", "--json", str(tmp_path), "r1"]) == 0
+    history = json.loads(capsys.readouterr().out)["history"]
+    assert [h["object"] for h in history if h.get("problem")] == ["call-00000009"]

@@ -82,3 +82,39 @@ def test_store_and_run_id_together_is_an_error(tmp_path: Path,
     assert main(["rm", "--completed", str(store), "some-run", "--yes"]) != 0
     assert "give only the STORE" in capsys.readouterr().err
     assert len(_runs(store)) == 3
+
+
+def test_a_run_being_extended_is_not_completed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Called again with more generations (ignored), the run keeps its old result while
+    the newer attempt runs: neither `ls` nor `rm --completed` may take it as completed."""
+    from typing import Any
+
+    from resumable import checkpointed
+
+    store = tmp_path / "store"
+    seen: dict[str, Any] = {}
+
+    @checkpointed(store=str(store), run_id="ga", ignore=("generations",))
+    def evolve(generations: int, *, state: Any = None) -> Any:
+        g = state or 0
+        while g < generations:
+            g += 1
+            if g == 5:  # the extension is live: ask the CLI now
+                capsys.readouterr()
+                assert main(["ls", "--json", str(store)]) == 0
+                seen["ls"] = capsys.readouterr().out
+                assert main(["rm", "--completed", str(store), "--yes"]) == 0
+                seen["rm"] = capsys.readouterr().out
+            yield g
+        return g
+
+    assert evolve(3) == 3
+    assert evolve(6) == 6
+    assert "no completed runs" in seen["rm"], seen["rm"]
+    import json
+    assert [r["complete"] for r in json.loads(seen["ls"])["runs"]] == [False]
+    capsys.readouterr()
+    assert main(["ls", "--json", str(store)]) == 0  # finished: completed again
+    assert [r["complete"] for r in json.loads(capsys.readouterr().out)["runs"]] == [True]

@@ -726,3 +726,48 @@ def test_a_completed_run_called_again_leaves_the_rngs_where_the_run_left_them(
     it = f.iter(5)
     assert it.result == 5  # at once, and the RNGs are restored at once too
     assert (random.random(), float(np.random.random())) == after
+
+
+@pytest.mark.parametrize("how", ["pcg64", "replaced"])
+def test_numpy_global_rng_of_another_kind_is_captured_and_restored(how: str) -> None:
+    """The global RNG on another bit generator (no warning at every capture), or
+    np.random.mtrand._rand replaced: capture then restore reproduces the same draws."""
+    import warnings
+
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    original = np.random.mtrand._rand
+    try:
+        if how == "pcg64":
+            np.random.set_bit_generator(np.random.PCG64(5))
+        else:
+            np.random.mtrand._rand = np.random.RandomState(99)
+            np.random.seed(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            state = _rng.capture()
+            first = np.random.random(4).tolist()
+            _rng.restore(state)
+            assert np.random.random(4).tolist() == first
+    finally:
+        np.random.mtrand._rand = original
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
+def test_the_buffer_pool_keeps_only_the_sizes_of_the_latest_snapshot() -> None:
+    """A state that grows by one element per generation: the pool stays bounded by the
+    latest snapshot's sizes (it kept every size it had seen, 2.3 GiB for 8 MiB states)."""
+    from resumable._run import BufferPool
+
+    pool = BufferPool()
+    for i in range(50):
+        n = (1 << 20) + 8 * i
+        frames: list[Any] = [b"pickle", pool.take(n), pool.take(n)]
+        pool.give_back(frames)
+        held = sum(len(b) for free in pool._free.values() for b in free)
+        assert held <= 3 * n, (i, held)
+    same: list[Any] = [b"pickle", pool.take(1 << 20)]
+    pool.give_back(same)
+    assert pool.take(1 << 20) is same[1]  # equal sizes are still reused

@@ -364,3 +364,23 @@ def test_a_forged_attempt_record_does_not_fence_a_signed_run() -> None:
     genuine.claim_epoch(None)  # a real newer attempt, signed with the key
     with pytest.raises(FencedError):
         run.check_fenced()
+
+
+def test_a_signed_run_called_with_the_wrong_key_writes_nothing(tmp_path: Path) -> None:
+    """The wrong key is refused (CheckpointTamperedError) before the claim is written."""
+    from resumable import CheckpointTamperedError, checkpointed
+
+    def evolve(n: int, *, state: Any = None) -> Any:
+        s = state or 0
+        while s < n:
+            s += 1
+            yield s
+            if s == 2:
+                raise KeyboardInterrupt  # stopped half-way, checkpoint at step 2
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpointed(store=str(tmp_path), run_id="r", signing_key="a" * 64)(evolve)(5)
+    before = sorted(p.name for p in (tmp_path / "r").iterdir())
+    with pytest.raises(CheckpointTamperedError):
+        checkpointed(store=str(tmp_path), run_id="r", signing_key="b" * 64)(evolve)(5)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
@@ -692,3 +693,41 @@ def test_fixed_run_id_accepts_arguments_with_no_stable_value(memory_url: str) ->
     assert f(threading.Lock(), 3) == 3  # another lock object: the same run
     with pytest.raises(RunMismatchError, match="'lock'"):
         f(threading.RLock(), 3)
+
+
+# -- values that must not collide (review) -------------------------------------------------
+
+
+def _make_cached(k: Any) -> Callable[[Any], Any]:
+    @functools.cache
+    def fit(x: Any) -> Any:
+        return x * k
+
+    return fit  # type: ignore[no-any-return]
+
+
+def test_array_subclasses_structured_dtypes_and_defaultdicts_are_told_apart() -> None:
+    masked = np.ma.array([1.0, 2.0], mask=[0, 1])
+    assert rid(masked) != rid(np.ma.array([1.0, 2.0], mask=[1, 0]))  # the mask counts
+    assert rid(masked) != rid(np.array([1.0, 2.0]))  # and the class
+    assert rid(masked) == rid(np.ma.array([1.0, 2.0], mask=[0, 1]))
+    ab = np.zeros(2, dtype=[("a", "<f8"), ("b", "<f8")])
+    assert rid(ab) != rid(np.zeros(2, dtype=[("x", "<i8"), ("y", "<i8")]))
+    assert rid(np.zeros(2, dtype=[("a", "<f8")])) != rid(np.zeros(2, dtype="V8"))
+    assert rid(ab) == rid(np.zeros(2, dtype=[("a", "<f8"), ("b", "<f8")]))
+    assert rid(collections.defaultdict(int)) != rid(collections.defaultdict(list))
+    assert rid(collections.defaultdict(int)) != rid({})
+    assert rid(collections.OrderedDict(a=1)) != rid({"a": 1})
+    assert rid(collections.Counter(a=1)) != rid({"a": 1})
+
+
+def test_a_global_name_that_is_not_the_object_is_not_its_identity() -> None:
+    """lru_cache'd closures pickle by a ``<locals>`` name that does not resolve to them:
+    two with different captured values must not share a run (or the id must be refused)."""
+    try:
+        one, two = rid(_make_cached(1)), rid(_make_cached(2))
+    except ConfigurationError as err:
+        assert "fitness" in str(err) or "args" in str(err) or "[0]" in str(err), err
+    else:
+        assert one != two
+    assert rid(functools.reduce) == rid(functools.reduce)  # real globals keep working

@@ -60,6 +60,22 @@ def test_a_bad_bucket_name_is_a_configuration_error(
         open_store("s3://Bad_Bucket!/runs")
 
 
+@pytest.mark.parametrize("bucket", ["ab", "-bucket", "bucket-", "bucket..x", "UPPER",
+                                    "Bad_Bucket", "192.168.1.1", "a" * 64])
+def test_bucket_names_s3_never_accepts_are_refused_before_any_request(bucket: str) -> None:
+    """S3's rules: 3-63 lowercase letters, digits, dots, hyphens; a letter or digit at
+    both ends; no '..'; not an IP address. No server runs here: nothing is sent."""
+    code, _, err = _cli("ls", f"s3://{bucket}/runs")
+    _one_config_line(code, err, bucket, "bucket name")
+    with pytest.raises(ConfigurationError, match="bucket name"):
+        open_store(f"s3://{bucket}/runs")
+
+
+@pytest.mark.parametrize("bucket", ["abc", "my.ga-runs.2", "rt-4242-7-0123abcd", "a" * 63])
+def test_valid_bucket_names_are_accepted(bucket: str) -> None:
+    assert open_store(f"s3://{bucket}/runs").url == f"s3://{bucket}/runs"
+
+
 @pytest.mark.s3
 def test_an_https_endpoint_on_an_http_server_is_not_retried(
     moto_server: MotoServer, s3_env: Callable[..., Any], monkeypatch: pytest.MonkeyPatch

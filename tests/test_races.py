@@ -467,6 +467,44 @@ def test_the_next_attempt_aborts_leftover_multipart_uploads(
     client = moto_server.client()
     client.create_multipart_upload(Bucket=bucket, Key=f"{prefix}/r/ckpt-00000001-000000000007")
     client.create_multipart_upload(Bucket=bucket, Key=f"{prefix}/other/ckpt-00000001-000000000001")
-    Run(open_store(url), "r").claim_and_load()
-    left = [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
-    assert left == [f"{prefix}/other/ckpt-00000001-000000000001"]  # other runs untouched
+    store = open_store(url)
+
+    def left() -> list[str]:
+        return sorted(u["Key"] for u in
+                      client.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+    # Initiated (server's clock) within the clock-skew margin before a claim: maybe the
+    # save of an attempt that claimed after us, so it stays.
+    (initiated,) = {u["Initiated"].timestamp()
+                    for u in client.list_multipart_uploads(Bucket=bucket)["Uploads"]}
+    assert store.remove_temp_files("r/", older_than=initiated + 30) == 0  # type: ignore[attr-defined]
+    assert len(left()) == 2
+    Run(store, "r").claim_and_load()  # moto dates every upload 2010: stale for a claim now
+    assert left() == [f"{prefix}/other/ckpt-00000001-000000000001"]  # other runs untouched
+
+
+def test_a_claim_keeps_the_temp_file_of_a_newer_claimant(tmp_path: Path) -> None:
+    """Attempt A's cleanup after its claim leaves alone the in-flight save of attempt B,
+    which claimed after A: only temp files older than A's claim are stale."""
+    local = LocalStore(str(tmp_path))
+    newer = Run(local, "r")
+    in_flight: list[Path] = []
+
+    class ClaimThenNewerSaves(DelegatingStore):
+        def put_if_absent(self, key: str, data: Any) -> bool:
+            done = self.inner.put_if_absent(key, data)
+            if done and not in_flight:  # B claims and starts a save before A cleans up
+                newer.claim_epoch()
+                in_flight.append(local._write_temp("r/" + ckpt_name(newer.epoch, 1), [b"x"]))
+            return done
+
+        def remove_temp_files(self, prefix: str, older_than: float | None = None) -> int:
+            return local.remove_temp_files(prefix, *([] if older_than is None else [older_than]))
+
+    stale = tmp_path / "r" / f"{TMP_PREFIX}ckpt-00000000-000000000001-dead"
+    stale.parent.mkdir()
+    stale.write_bytes(b"killed mid-save")
+    os.utime(stale, (1, 1))
+    Run(ClaimThenNewerSaves(local), "r").claim_epoch()  # type: ignore[arg-type]
+    assert in_flight[0].exists()  # B's save can still finish
+    assert not stale.exists()  # a killed save's leftover is still removed

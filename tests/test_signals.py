@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -265,6 +267,18 @@ if __name__ == "__main__":
 """
 
 
+def _group_alive(pgid: int) -> bool:
+    """Some process of the group is alive (zombies, reaped by init later, do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 @pytest.mark.parametrize("kind", ["pool", "fork", "spawn"])
 def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: str) -> None:
     """kill -TERM -PGID with pool workers in the body: the workers die as without us, the
@@ -281,12 +295,21 @@ def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: 
             seen = int(line.split()[1])
             break
     os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
+    try:  # the parent's exit, not the pipes' end: a leftover worker would hold those
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
         pytest.fail(f"the parent hung after SIGTERM to its process group: {err[-3000:]}")
+    # No pool worker outlives the parent (a pool replaces the workers the SIGTERM killed).
+    deadline = time.monotonic() + 30
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leftover = _group_alive(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate()
+    assert not leftover, f"processes of the group outlived the parent: {err[-3000:]}"
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
     latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
     assert latest is not None and latest.step >= seen
@@ -339,6 +362,7 @@ def test_sigterm_saves_runs_in_every_thread_and_exits(tmp_path: Path, main_run: 
     proc = run_script(tmp_path, _THREADS, args=["install", main_run])
     assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
     assert "still running" not in proc.stdout
+    assert "Exception in thread" not in proc.stderr, proc.stderr[-3000:]  # a designed stop
     store = open_store(str(tmp_path / "store"))
     worker = Run(store, "worker").load_latest(with_state=False)
     assert worker is not None and worker.step >= 3
@@ -347,6 +371,35 @@ def test_sigterm_saves_runs_in_every_thread_and_exits(tmp_path: Path, main_run: 
         assert worker.step >= at  # the worker finished the generation it was in
         main = Run(store, "main").load_latest(with_state=False)
         assert main is not None and main.step == 5
+
+
+_LATE_START = """
+import atexit, sys, threading
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="late")
+def f(*, state=None):
+    yield 1
+    return "ran"
+
+def worker():
+    threading.main_thread().join()  # the script body is over: shutdown has begun
+    print("thread run:", f(), flush=True)
+
+if sys.argv[1] == "thread":
+    threading.Thread(target=worker).start()
+else:
+    atexit.register(lambda: print("atexit run:", f(), flush=True))
+"""
+
+
+@pytest.mark.parametrize("where", ["thread", "atexit"])
+def test_a_run_first_started_during_shutdown_works(tmp_path: Path, where: str) -> None:
+    """A run first started once the interpreter shuts down (a worker thread still going
+    after the script body, an atexit handler) runs; Python refuses new exit hooks then."""
+    proc = run_script(tmp_path, _LATE_START, args=[where])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{where} run: ran" in proc.stdout, proc.stderr[-3000:]
 
 
 def test_a_run_first_started_in_a_thread_warns_once(tmp_path: Path) -> None:
@@ -436,6 +489,30 @@ def test_the_previous_handling_is_restored_after_the_run(tmp_path: Path, previou
     assert "restored True" in proc.stdout and "still running" in proc.stdout
     if previous == "handler":
         assert "app handler saw step" in proc.stdout
+
+
+_REPLACED_IN_RUN = """
+import signal
+from resumable import checkpointed
+
+def app(signum, frame):
+    pass
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    signal.signal(signal.SIGTERM, app)  # e.g. a server or framework set up by the body
+    yield 1
+
+f()
+print("kept", signal.getsignal(signal.SIGTERM) is app, flush=True)
+"""
+
+
+def test_a_handler_installed_during_the_run_is_kept(tmp_path: Path) -> None:
+    """The run ends: the handler seen at its start is restored only if ours is still set."""
+    proc = run_script(tmp_path, _REPLACED_IN_RUN)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kept True" in proc.stdout
 
 
 # -- program end with an unfinished iterator ----------------------------------------------

@@ -41,9 +41,11 @@ class SupportsListInfo(Protocol):
 class SupportsRemoveTempFiles(Protocol):
     """An optional store method: delete the leftovers of writes that never finished
     (a killed save's temp files) under a run's prefix; returns how many. Called when
-    the run is claimed (older attempts are fenced) and by ``resumable rm``."""
+    the run is claimed (older attempts are fenced) and by ``resumable rm``. With
+    ``older_than`` (seconds since the epoch) only the leftovers begun before that time:
+    a newer attempt's write in flight is not a leftover."""
 
-    def remove_temp_files(self, prefix: str) -> int: ...
+    def remove_temp_files(self, prefix: str, older_than: float | None = None) -> int: ...
 
 
 # scheme -> "module:factory" (imported lazily) or a factory taking the URL.

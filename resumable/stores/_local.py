@@ -85,29 +85,44 @@ class LocalStore:
         finally:
             os.close(fd)
 
+    # Another process's cleanup of stale temp files (remove_temp_files: a claim, `rm`)
+    # may take ours between its write and the rename; the write is then done again.
+    _TEMP_RETRIES = 3
+
     def put(self, key: str, data: Payload) -> None:
-        tmp = self._write_temp(key, data)
         path = self._path(key)
-        try:
-            os.replace(tmp, path)
-            self._sync_dir(path)
-        except OSError as err:
-            tmp.unlink(missing_ok=True)
-            raise self._fail("writing", key, err) from err
+        for attempt in range(self._TEMP_RETRIES):
+            tmp = self._write_temp(key, data)
+            try:
+                os.replace(tmp, path)
+                self._sync_dir(path)
+                return
+            except FileNotFoundError as err:
+                if tmp.exists() or not path.parent.is_dir() or attempt + 1 == self._TEMP_RETRIES:
+                    raise self._fail("writing", key, err) from err
+            except OSError as err:
+                tmp.unlink(missing_ok=True)
+                raise self._fail("writing", key, err) from err
+        raise AssertionError("unreachable")
 
     def put_if_absent(self, key: str, data: Payload) -> bool:
-        tmp = self._write_temp(key, data)
         path = self._path(key)
-        try:
-            os.link(tmp, path)  # atomic create-only: fails if the name exists
-            self._sync_dir(path)
-            return True
-        except FileExistsError:
-            return False
-        except OSError as err:
-            raise self._fail("writing", key, err) from err
-        finally:
-            tmp.unlink(missing_ok=True)
+        for attempt in range(self._TEMP_RETRIES):
+            tmp = self._write_temp(key, data)
+            try:
+                os.link(tmp, path)  # atomic create-only: fails if the name exists
+                self._sync_dir(path)
+                return True
+            except FileExistsError:
+                return False
+            except FileNotFoundError as err:
+                if tmp.exists() or not path.parent.is_dir() or attempt + 1 == self._TEMP_RETRIES:
+                    raise self._fail("writing", key, err) from err
+            except OSError as err:
+                raise self._fail("writing", key, err) from err
+            finally:
+                tmp.unlink(missing_ok=True)
+        raise AssertionError("unreachable")
 
     def get(self, key: str) -> memoryview | None:
         # Read once, straight into 64-byte aligned memory (see _aligned): the frames are
@@ -176,13 +191,14 @@ class LocalStore:
         with contextlib.suppress(OSError):  # drop the run's folder once it is empty
             path.parent.rmdir()
 
-    def remove_temp_files(self, prefix: str) -> int:
+    def remove_temp_files(self, prefix: str, older_than: float | None = None) -> int:
         """Delete the temp files of unfinished writes under ``prefix`` (a run's folder).
 
         A save killed between creating its temp file and the rename (SIGKILL, OOM) leaves
         the file behind, invisible to ``list``. Call this only when no live writer of
         those keys remains: after claiming the run (older attempts are fenced), or when
-        deleting it. Returns how many were removed.
+        deleting it. With ``older_than`` only files last written before that time go:
+        a newer attempt that claimed after us may be saving. Returns how many were removed.
         """
         folder = self._path(prefix.rpartition("/")[0]) if "/" in prefix else self.root
         removed = 0
@@ -190,8 +206,11 @@ class LocalStore:
             for name in filenames:
                 if not name.startswith(TMP_PREFIX):
                     continue
+                path = os.path.join(dirpath, name)
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(dirpath, name))
+                    if older_than is not None and os.stat(path).st_mtime >= older_than:
+                        continue
+                    os.unlink(path)
                     removed += 1
         with contextlib.suppress(OSError):  # the run's folder, once nothing is left in it
             if folder != self.root:

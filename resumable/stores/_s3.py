@@ -58,6 +58,7 @@ DEFAULT_PART_SIZE = 8 * MiB
 DEFAULT_THRESHOLD = 64 * MiB  # below this a payload goes up in one PutObject
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
 MAX_PARTS = 10_000
+CLOCK_SKEW_MARGIN = 60.0  # seconds: our clock against the server's, for stale uploads
 # Parallel parts and ranged GETs. Each stream costs client CPU (copies, hashing, HTTP);
 # on a 2-core pod 2 streams moved 512 MiB faster than 8 (309 vs 223 MiB/s up to a
 # loopback rclone) and disturbed the training loop less, so scale with the cores.
@@ -94,9 +95,15 @@ _URL_OPTIONS = {
     "checksums": str,
 }
 _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
-# What botocore accepts (legacy names allow capitals and underscores); anything else
-# fails every request with a parameter-validation error, so say so at once.
-_BUCKET = re.compile(r"^[a-zA-Z0-9.\-_]{1,255}$")
+# S3's bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens, a letter
+# or digit at both ends, no "..", not an IP address. A name outside them can never
+# exist, so say so at once instead of sending requests that fail.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_IP_ADDRESS = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def _valid_bucket(name: str) -> bool:
+    return bool(_BUCKET.match(name)) and ".." not in name and not _IP_ADDRESS.match(name)
 
 _clients: dict[tuple[object, ...], Any] = {}
 _clients_lock = threading.Lock()
@@ -293,10 +300,11 @@ class S3Store:
             raise ConfigurationError(f"store URL {url!r} must look like s3://bucket/prefix")
         self.url = url
         self.bucket = parts.netloc
-        if not _BUCKET.match(self.bucket):
+        if not _valid_bucket(self.bucket):
             raise ConfigurationError(
                 f"store URL {url!r}: {self.bucket!r} is not a valid bucket name; S3 bucket "
-                "names are 3-63 lowercase letters, digits, dots and hyphens, e.g. "
+                "names are 3-63 lowercase letters, digits, dots and hyphens, starting and "
+                "ending with a letter or digit, without '..', and not an IP address, e.g. "
                 "s3://my-ga-runs/prefix"
             )
         prefix = parts.path.strip("/")
@@ -814,13 +822,15 @@ class S3Store:
     def _lister(self, kwargs: dict[str, Any]) -> Callable[[], Any]:
         return lambda: self._client.list_objects_v2(**kwargs)
 
-    def remove_temp_files(self, prefix: str) -> int:
+    def remove_temp_files(self, prefix: str, older_than: float | None = None) -> int:
         """Abort the incomplete multipart uploads under ``prefix`` (a run's folder).
 
         A pod killed in the middle of a large save leaves its parts in the bucket,
         invisible and billed. Called when a new attempt has claimed the run (older
         attempts are fenced) and by ``resumable rm``. Best effort: a server without
         ListMultipartUploads, or a failure here, leaves them to a lifecycle rule.
+        With ``older_than`` only uploads initiated before it, less a minute for clock
+        skew between us and the server: a newer attempt's save in flight stays.
         Returns how many uploads were aborted.
         """
         full_prefix = self.root + prefix
@@ -831,6 +841,11 @@ class S3Store:
             for page in pages:
                 for upload in page.get("Uploads", ()):
                     key = upload["Key"]
+                    initiated = upload.get("Initiated")
+                    if older_than is not None and (
+                            initiated is None
+                            or initiated.timestamp() >= older_than - CLOCK_SKEW_MARGIN):
+                        continue
                     self._abort(key[len(self.root):], key, upload["UploadId"])
                     aborted += 1
         except Exception as exc:  # cleanup must never fail a run
