@@ -8,7 +8,6 @@ from typing import Any
 
 from .._errors import ConfigurationError, SerializationError
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
-from ._identity import numpy_global_state
 
 
 @dataclass(frozen=True)
@@ -86,10 +85,8 @@ _CMA_VOLATILE = frozenset({"logger", "timer", "time_last_displayed"})
 
 def _cma_identity(es: Any) -> Any:
     """A pycma es by its whole state (countiter, mean, sigma, C, archives...), so a second
-    call on the same es continues it instead of finding the first call's run, and numpy's
-    global RNG, which pycma samples from."""
-    return {"state": {k: v for k, v in vars(es).items() if k not in _CMA_VOLATILE},
-            "numpy.random": numpy_global_state()}
+    call on the same es continues it instead of finding the first call's run."""
+    return {k: v for k, v in vars(es).items() if k not in _CMA_VOLATILE}
 
 
 def _ng_identity(opt: Any) -> Any:

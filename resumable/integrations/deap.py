@@ -26,7 +26,6 @@ from typing import Any
 from deap import algorithms, tools
 
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
-from ._identity import numpy_global_state
 
 __all__ = ["ea_mu_comma_lambda", "ea_mu_plus_lambda", "ea_simple"]
 
@@ -65,7 +64,7 @@ def _run(name: str, population: list[Any], halloffame: Any, identity: dict[str, 
 
     def parts() -> dict[str, Any]:
         return {**identity, "population": population, "halloffame": halloffame,
-                "random": random.getstate(), "numpy.random": numpy_global_state()}
+                "random": random.getstate()}
 
     final = run_checkpointed(f"resumable.integrations.deap.{name}", parts, body, options)
     # A resumed (or completed) run's objects are copies: hand them back in the caller's.
