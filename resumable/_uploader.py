@@ -139,14 +139,8 @@ class Uploader:
 
     def flush(self) -> None:
         """Wait until every submitted save is done; raise the last one's failure."""
-        with self._cond:
-            self._urgent = True
-            self._cond.notify_all()
-            try:
-                while self._waiting is not None or self._busy:
-                    self._cond.wait()
-            finally:
-                self._urgent = False
+        with self._cond:  # re-entrant: no save can finish between the wait and the raise
+            self.wait_idle()
             self._raise_pending()
 
     def close(self) -> None:
