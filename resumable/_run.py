@@ -148,6 +148,8 @@ class BufferPool:
         return bytearray(n)
 
     def give_back(self, frames: list[Buffer]) -> None:
+        if not self._free and not any(isinstance(f, bytearray) for f in frames):
+            return  # a small state: nothing to keep, nothing to let go of
         with _pool_lock:
             # Only the sizes of the snapshot given back are kept: a state whose arrays
             # change size (a growing archive) would otherwise leave every size it ever

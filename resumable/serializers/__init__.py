@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import pickletools
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -200,6 +201,8 @@ _HANDLE_MODULES = ("distributed", "socket", "_socket", "ssl", "_thread", "thread
 # Dask Future pickles as its key): a resumed run would hold a key that names nothing.
 _REMOTE_REFERENCES = {("distributed.client", "Future"), ("distributed.actor", "Actor"),
                       ("distributed.actor", "BaseActorFuture"), ("ray._raylet", "ObjectRef")}
+_REMOTE_MODULES = re.compile(b"|".join(
+    re.escape(module.encode()) for module in sorted({m for m, _ in _REMOTE_REFERENCES})))
 _GATHER_HINT = (
     "keep it out of the state: gather results before yielding (e.g. values = "
     "client.gather(futures)), and rebuild clients, sockets, locks, open files and "
@@ -258,9 +261,9 @@ def _refuse_remote_references(
     serializer: Serializer, stream: Buffer, obj: Any, what: str, root: str
 ) -> None:
     """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
+    if _REMOTE_MODULES.search(stream) is None:  # type: ignore[call-overload]
+        return  # the common case costs one search of the pickle stream, without a copy
     data = bytes(stream)
-    if not any(module.encode() in data for module, _ in _REMOTE_REFERENCES):
-        return  # the common case costs one substring search of the pickle stream
     found = next((g for g in _named_globals(data) if g in _REMOTE_REFERENCES), None)
     if found is None:
         return
