@@ -1,4 +1,4 @@
-"""`resumable ls` of many runs on a loopback S3 server (moto), in process.
+"""`resumable ls` of many runs on a loopback S3 server, the client in process.
 
 Each run holds what a run with ``keep=3`` holds: three checkpoints, one attempt record
 and the RNG record (5,000 objects for 1,000 runs). Three ways are timed, interleaved:
@@ -9,8 +9,9 @@ and the RNG record (5,000 objects for 1,000 runs). Three ways are timed, interle
   serial:  what `ls` did before: the listing, then one header GET per run, one at a time.
 
 Each case reports the median wall time of ``--repeats`` runs and the spread (min, max).
-moto runs in threads of this process, so its own work shares the GIL with the client:
-the figures are an upper bound for a real S3 endpoint.
+The server is `rclone serve s3` (default: a separate process, as a real endpoint is) or,
+with ``--server moto``, moto in threads of this process, whose own work then shares the
+GIL with the client: an upper bound.
 
     python benchmarks/ls_scale.py              # 1,000 runs, 7 repeats
     python benchmarks/ls_scale.py --quick      # 100 runs, 3 repeats
@@ -96,13 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="default 1000 (--quick: 100)")
     ap.add_argument("--repeats", type=int, default=None, help="default 7 (--quick: 3)")
     ap.add_argument("--cases", default="listing,check,serial")
+    ap.add_argument("--server", choices=("rclone", "moto"), default="rclone",
+                    help="rclone serve s3 (its own process, as a real endpoint is), or moto "
+                         "in threads of this process (its work shares the GIL with ls)")
     args = ap.parse_args(argv)
     runs = args.runs or (100 if args.quick else 1000)
     repeats = args.repeats or (3 if args.quick else 7)
     cases = [c for c in args.cases.split(",") if c]
 
     times: dict[str, list[float]] = {c: [] for c in cases}
-    with _servers.server("moto") as srv:
+    where = "rclone serve s3" if args.server == "rclone" else "moto (in process)"
+    with _servers.server(args.server) as srv:
         os.environ.update(srv.env)
         url = srv.new_store_url()
         t0 = time.perf_counter()
@@ -121,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                      "median_s": statistics.median(xs), "min_s": min(xs), "max_s": max(xs),
                      "seconds": xs})
     payload = {"config": {"runs": runs, "repeats": repeats, "quick": args.quick,
-                          "server": "moto (in process)", "setup_seconds": setup,
+                          "server": where, "setup_seconds": setup,
                           "load_average": os.getloadavg()},
                "cases": rows}
     path = _common.write_json(args.out, NAME, payload)
-    print(f"## `resumable ls` of {runs:,} runs ({runs * len(OBJECTS):,} objects) on moto, "
-          f"in process (median of {repeats}, interleaved)\n")
+    print(f"## `resumable ls` of {runs:,} runs ({runs * len(OBJECTS):,} objects) on {where}, "
+          f"client in process (median of {repeats}, interleaved)\n")
     label = {"listing": "ls (one listing, sizes and times)",
              "check": "ls --check (+ newest headers, 16 in parallel)",
              "serial": "before: listing + one header GET per run, serial"}
@@ -138,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
           f"on {os.cpu_count()} CPUs")
     print(f"results: {path}")
     if not args.no_plot:
-        plot(rows, args.out / f"{NAME}.png", runs)
+        plot(rows, args.out / f"{NAME}.png", runs, where)
     return 0
 
 
-def plot(rows: list[dict[str, Any]], path: Path, runs: int) -> None:
+def plot(rows: list[dict[str, Any]], path: Path, runs: int, where: str) -> None:
     plt = _common.pyplot()
     if plt is None:
         return
@@ -153,7 +158,7 @@ def plot(rows: list[dict[str, Any]], path: Path, runs: int) -> None:
     ax.bar(xs, med, yerr=err, color="#55a868", width=0.6, capsize=4)
     ax.set_xticks(list(xs), [r["case"] for r in rows])
     ax.set_ylabel("seconds")
-    ax.set_title(f"resumable ls of {runs:,} runs on moto (median, min-max)", fontsize=10)
+    ax.set_title(f"resumable ls of {runs:,} runs on {where} (median, min-max)", fontsize=10)
     _common.save_figure(plt, fig, path)
 
 

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote_plus, urlsplit
+from xml.etree import ElementTree
 
 from .. import _crc
 from .._aligned import aligned_buffer
@@ -179,6 +180,7 @@ def _get_client(
             client = session.client(
                 "s3", endpoint_url=endpoint_url, region_name=region, config=config
             )
+            client.meta.events.register_first("before-parse.s3.ListObjectsV2", _parse_listing)
             _clients[key] = client
     return client, key
 
@@ -193,6 +195,56 @@ def _parse_timestamp(value: str) -> datetime:
         pass
     result: datetime = botocore.utils.parse_timestamp(value)
     return result
+
+
+_EMPTY_LISTING = (b'<?xml version="1.0" encoding="UTF-8"?>'
+                  b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"/>')
+
+
+def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict[str, Any],
+                   **_: Any) -> None:
+    """Parse a ListObjectsV2 page with ElementTree instead of botocore's generic parser.
+
+    botocore walks its shape model for every element: about 25 ms per 1,000 objects here,
+    most of `resumable ls` on a store of 1,000 runs; ElementTree takes about 2 ms. The
+    fields the store reads (Key, Size, LastModified, IsTruncated, NextContinuationToken)
+    go into ``customized_response_dict``, which botocore merges into its result, and the
+    body it then parses is an empty listing. Anything unexpected (an error, another
+    shape, CommonPrefixes) leaves the response to botocore. Keys are URL-decoded only when
+    the server says it encoded them (the store asks with EncodingType=url itself, so
+    botocore does not decode them again).
+    """
+    if response_dict.get("status_code") != 200:
+        return
+    try:
+        root = ElementTree.fromstring(response_dict["body"])
+        ns = root.tag[: -len("ListBucketResult")]
+        if (not root.tag.endswith("ListBucketResult")
+                or root.find(f"{ns}CommonPrefixes") is not None):
+            return
+        encoded = root.findtext(f"{ns}EncodingType") == "url"
+        contents: list[dict[str, Any]] = []
+        for item in root.iterfind(f"{ns}Contents"):
+            key, size = item.findtext(f"{ns}Key"), item.findtext(f"{ns}Size")
+            modified = item.findtext(f"{ns}LastModified")
+            if key is None:
+                return
+            entry: dict[str, Any] = {"Key": unquote_plus(key) if encoded else key}
+            if size is not None:
+                entry["Size"] = int(size)
+            if modified:
+                entry["LastModified"] = _parse_timestamp(modified)
+            contents.append(entry)
+        parsed: dict[str, Any] = {"IsTruncated": root.findtext(f"{ns}IsTruncated") == "true"}
+        if contents:
+            parsed["Contents"] = contents
+        token = root.findtext(f"{ns}NextContinuationToken")
+        if token is not None:
+            parsed["NextContinuationToken"] = token
+    except (ElementTree.ParseError, ValueError, TypeError, KeyError):
+        return
+    customized_response_dict.update(parsed)
+    response_dict["body"] = _EMPTY_LISTING
 
 
 def _s3_options(addressing_style: str | None, checksums: bool) -> dict[str, Any] | None:
@@ -799,7 +851,8 @@ class S3Store:
         token: str | None = None
         full_prefix = self.root + prefix
         while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix,
+                                      "EncodingType": "url"}  # decoded by _parse_listing
             if token:
                 kwargs["ContinuationToken"] = token
             elif start_after is not None:
