@@ -308,6 +308,7 @@ class _Execution:
         self.submitted_step = -1
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _settings.SNAPSHOT_LIMIT.read()
+        self.copies = _settings.SNAPSHOT_COPIES.read()
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
         self.timed = isinstance(self.opts.every, EverySeconds)
@@ -358,6 +359,12 @@ class _Execution:
             # for a duration, the next yield) is snapshotted instead.
             self.uploader.skipped += 1
             return
+        if (previous is not None and previous.size >= _BIG and self.uploader.busy
+                and self.copies == 1):
+            # every="generation": the newest state must be kept (for an exception), and
+            # the one uploading too. Waiting for that upload to end lets this snapshot
+            # reuse its buffers: one copy of a large state, not two.
+            self.uploader.wait_not_busy()
         if (force or self.terminate) and previous is not None and previous.size >= _BIG:
             # The run ends after this save and waits for every save anyway: waiting first
             # lets the new snapshot reuse the previous one's buffers.

@@ -132,8 +132,8 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
         saved = state["random"]
         if saved and saved[0] == "MT19937-raw":
             _, raw, gauss_next = saved
-            key = struct.unpack(f"{_MT_WORDS}I", raw[4:])
-            saved = (3, (*key, struct.unpack("i", raw[:4])[0]), gauss_next)
+            key = struct.unpack(f"<{_MT_WORDS}I", raw[4:])
+            saved = (3, (*key, struct.unpack("<i", raw[:4])[0]), gauss_next)
         random.setstate(saved)
     if "numpy" in state:
         import numpy as np
@@ -141,7 +141,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
         saved = state["numpy"]
         if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
             _, raw, pos, has_gauss, gauss = saved
-            saved = ("MT19937", np.frombuffer(raw, dtype=np.uint32), pos, has_gauss, gauss)
+            saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
         np.random.set_state(saved)
     objects = state.get("objects") or {}
     for path, obj in targets:
@@ -170,7 +170,8 @@ def _random_state() -> Any:
     offset = _random_offset if _random_offset is not None else _probe_random()
     if offset < 0:
         return random.getstate()
-    return ("MT19937-raw", ctypes.string_at(id(inst) + offset, 4 + _MT_BYTES), inst.gauss_next)
+    return ("MT19937-raw", ctypes.string_at(id(inst) + offset, 4 + _MT_BYTES),
+            inst.gauss_next)  # type: ignore[attr-defined]
 
 
 def _probe_random() -> int:
@@ -180,8 +181,8 @@ def _probe_random() -> int:
     """
     global _random_offset
     _random_offset = -1
-    if sys.implementation.name != "cpython":
-        return -1
+    if sys.implementation.name != "cpython" or sys.byteorder != "little":
+        return -1  # raw records are little-endian wherever they are restored
     try:
         offset = object.__basicsize__
         for seed in (12345, 2**70 + 3):
@@ -222,7 +223,7 @@ def _numpy_state(np: Any) -> Any:
         return rs.get_state()
     raw = ctypes.string_at(bitgen.ctypes.state_address, _MT_BYTES + 4)
     has_gauss, gauss = struct.unpack("i4xd", ctypes.string_at(id(rs) + offset, 16))
-    return ("MT19937-raw", raw[:_MT_BYTES], struct.unpack("i", raw[_MT_BYTES:])[0],
+    return ("MT19937-raw", raw[:_MT_BYTES], struct.unpack("<i", raw[_MT_BYTES:])[0],
             has_gauss, gauss)
 
 
@@ -230,8 +231,8 @@ def _probe(np: Any) -> int:
     """Find (and check twice) where a RandomState keeps has_gauss and gauss; -1 if unsure."""
     global _gauss_offset
     _gauss_offset = -1
-    if sys.implementation.name != "cpython":
-        return -1
+    if sys.implementation.name != "cpython" or sys.byteorder != "little":
+        return -1  # raw records are little-endian wherever they are restored
     try:
         rs = np.random.RandomState(12345)
         size = type(rs).__basicsize__

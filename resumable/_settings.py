@@ -67,6 +67,12 @@ def _text(raw: str) -> str:
     return raw
 
 
+def _copies(raw: str) -> int:
+    if raw not in ("1", "2"):
+        raise ValueError(raw)
+    return int(raw)
+
+
 def _flag(raw: str) -> bool:
     value = raw.lower()
     if value in ("1", "true", "yes", "on"):
@@ -154,6 +160,12 @@ SNAPSHOT_LIMIT = Setting(
     "states larger than this are saved in place: no copy, the body waits for the save "
     "(`inf`: always copy; `0`: never; units `KiB` `MiB` `GiB`, `MB` `GB`, `Mi` `Gi`)",
     parse_size, "a size such as 256MiB, 2GiB, 0 (always save in place) or inf (always copy)")
+SNAPSHOT_COPIES = Setting(
+    "RESUMABLE_SNAPSHOT_COPIES", 1, "1",
+    "copies of a state over 1 MiB that `every=\"generation\"` may hold: `1` waits at a "
+    "yield while the previous state is still uploading (memory: the state plus one copy); "
+    "`2` goes on and keeps the newest beside it (the loop never waits for storage)",
+    _copies, "1 or 2")
 RESTART_BACKOFF = Setting(
     "RESUMABLE_RESTART_BACKOFF", 0.0, "none",
     "seconds before the first in-process restart of a generation, doubling (max 60 s)",
@@ -179,7 +191,8 @@ MIGRATION_TIMEOUT = Setting(
     _seconds, "a number of seconds >= 0, e.g. 600")
 
 SETTINGS: tuple[Setting[Any], ...] = (
-    STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, RESTART_BACKOFF,
+    STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, SNAPSHOT_COPIES,
+    RESTART_BACKOFF,
     RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT,
 )
 

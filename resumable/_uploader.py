@@ -126,6 +126,12 @@ class Uploader:
         dropped()
         return True
 
+    def wait_not_busy(self) -> None:
+        """Wait until no save is running (one may wait, paced); raises nothing."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+
     def wait_idle(self) -> None:
         """Wait until nothing runs or waits; unlike ``flush`` it raises nothing."""
         with self._cond:

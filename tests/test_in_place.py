@@ -11,6 +11,8 @@ import logging
 import os
 import random
 import signal
+import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -268,3 +270,82 @@ def test_in_place_sigterm_between_saves_keeps_the_last_save(tmp_path: Path) -> N
     older = [int(n.rsplit("-", 1)[1]) for n in run.checkpoint_names()][:-1]
     assert older and all(step % 5 == 0 for step in older), older
     assert f"saved at step {latest.step};" in err
+
+
+def _thread_waits_for_the_uploader(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == "wait_not_busy":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("copies", ["1", "2"])
+def test_every_generation_keeps_one_copy_of_a_large_state_while_it_uploads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, copies: str
+) -> None:
+    """every="generation"; the first checkpoint that goes up (step k) is held until the
+    loop either starts generation k+2 or waits for that save. $RESUMABLE_SNAPSHOT_COPIES=1
+    (the default): the loop waits, and no second copy of the state is made (tracemalloc's
+    peak stays below two states' worth of copies); 2: the loop goes on and holds the
+    newest state beside the uploading one. Either way each checkpoint holds its yield."""
+    from tests.wrappers import DelegatingStore
+
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_COPIES", copies)
+    size = 8 * 2**20
+    loop = threading.current_thread()
+    events: list[str] = []
+    started = [0]  # the generation the body is computing
+    moved = threading.Event()
+    held: list[int] = []
+
+    class FirstSaveHeld(DelegatingStore):
+        def put(self, key: str, data: Any) -> None:
+            first = "/ckpt-" in key and not held
+            if first:
+                held.append(int(key[-12:]))
+                while not (started[0] >= held[0] + 2 or _thread_waits_for_the_uploader(loop)):
+                    moved.wait(0.002)  # woken by the body, or looks at the loop again
+                    moved.clear()
+                events.append("loop waited" if started[0] < held[0] + 2 else "loop went on")
+            super().put(key, data)
+            if first:
+                events.append(f"save {held[0]} done")
+
+    store = FirstSaveHeld(open_store(tmp_path / "store"))
+
+    @checkpointed(store=store, run_id="copies", every="generation", keep=None)
+    def grow(*, state: Any = None) -> Any:
+        state = state if state is not None else {"i": 0}
+        while state["i"] < 6:
+            started[0] = state["i"] + 1
+            moved.set()
+            if held and started[0] == held[0] + 2:
+                events.append(f"generation {started[0]}")
+            state = {"i": state["i"] + 1, "array": np.full(size // 8, float(state["i"] + 1))}
+            yield state
+        return state["i"]
+
+    tracemalloc.start()
+    try:
+        assert grow() == 6
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    k = held[0]
+    if copies == "1":
+        assert events[:3] == ["loop waited", f"save {k} done", f"generation {k + 2}"], events
+        # live: the state yielded and the one being built (2 arrays); saves: one copy.
+        assert peak < 3.5 * size, peak / size
+    else:
+        assert events[:2] == [f"generation {k + 2}", "loop went on"], events
+        assert peak >= 4 * size, peak / size  # the newest copy beside the uploading one
+    run = Run(open_store(tmp_path / "store"), "copies")
+    names = run.checkpoint_names()
+    assert names, "nothing saved"
+    for name in names:  # every="generation" coalesces waiting saves: not every step is here
+        state = run._to_checkpoint(name, run._decode(name, run.store.get(run.key(name)), "ckpt"),
+                                   True).state
+        step = int(name[-12:])
+        assert state["i"] == step and float(state["array"][-1]) == step

@@ -28,6 +28,7 @@ BAD = {
     "RESUMABLE_UPLOAD_DUTY": ["0", "1.5", "-0.2", "fast", "nan", "1/3"],
     "RESUMABLE_SYNC": ["maybe", "2", "yes please"],
     "RESUMABLE_SNAPSHOT_LIMIT": ["lots", "-1", "5 parsecs", "MiB", "nan"],
+    "RESUMABLE_SNAPSHOT_COPIES": ["0", "3", "one", "1.0"],
     "RESUMABLE_RESTART_BACKOFF": ["soon", "-1", "nan", "1s"],
     "RESUMABLE_RETRY_DEADLINE": ["forever", "-5", "nan", "60s"],
     "RESUMABLE_TERM_TIMEOUT": ["never", "-1", "nan", "20s"],

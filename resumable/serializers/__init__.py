@@ -261,7 +261,7 @@ def _refuse_remote_references(
     serializer: Serializer, stream: Buffer, obj: Any, what: str, root: str
 ) -> None:
     """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
-    if _REMOTE_MODULES.search(stream) is None:  # type: ignore[call-overload]
+    if _REMOTE_MODULES.search(stream) is None:
         return  # the common case costs one search of the pickle stream, without a copy
     data = bytes(stream)
     found = next((g for g in _named_globals(data) if g in _REMOTE_REFERENCES), None)

@@ -169,6 +169,11 @@ def _get_client(
                 # which botocore would check against the range; our own header checksum
                 # covers the whole payload on load instead.
                 response_checksum_validation="when_required",
+                # Parts go up as memoryviews of the snapshot (no copy); botocore's
+                # validator admits only bytes, bytearray or a reader as a Body, though
+                # the HTTP layer sends any buffer. The store builds every request itself
+                # and checks what comes from users (bucket names, URL options) first.
+                parameter_validation=False,
             )
             # A session per client: sessions are not thread-safe, clients are.
             core = botocore.session.get_session()
@@ -596,11 +601,14 @@ class S3Store:
                 checksum["ChecksumCRC32C"] = _crc32c_header(crcs[number - 1])
             elif self.checksums:
                 checksum["ChecksumAlgorithm"] = "CRC32"
-            # One bytes object per part, not a file-like reader: http.client sends a
-            # reader 8 KiB at a time, a Python loop that holds the GIL thousands of times
-            # per part and slows the training loop; bytes go out in one sendall that
-            # releases the GIL. The copy costs a part's size per worker.
-            body = b"".join(segments)
+            # A buffer per part, not a file-like reader: http.client sends a reader 8 KiB
+            # at a time, a Python loop that holds the GIL thousands of times per part and
+            # slows the training loop; a buffer goes out in one sendall that releases
+            # the GIL. A part that lies in one frame is sent from it without a copy
+            # (when its CRC32C is known: botocore would read a buffer to compute one);
+            # one spanning frames is joined, a part's size per worker.
+            body: Any = (segments[0] if len(segments) == 1 and crcs is not None
+                         else b"".join(segments))
 
             def attempt() -> dict[str, Any]:
                 response = self._client.upload_part(
