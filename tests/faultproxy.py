@@ -13,6 +13,8 @@ so signatures still validate) and fails a fixed share of requests:
 - ``bare_404``: 404 with an empty body (as some gateways send for GETs of missing keys),
   request never reaches the server; not in the default mix, since it makes an existing
   object look missing to a plain client
+- ``empty_200`` / ``html_200``: 200 with an empty body / an HTML page (a misbehaving
+  gateway), request never reaches the server; not in the default mix either
 
 ``match=b"partNumber=2"`` limits faults to requests whose request line contains it.
 
@@ -37,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from urllib.parse import urlsplit
 
 KINDS = ("slowdown", "internal", "drop", "drop_mid", "slow")
-EXTRA_KINDS = ("bare_404",)
+EXTRA_KINDS = ("bare_404", "empty_200", "html_200")
 
 _ERROR_BODY = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
@@ -206,6 +208,12 @@ class FaultProxy:
             if fault == "bare_404":
                 client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
                                b"Connection: close\r\n\r\n")
+                return
+            if fault in ("empty_200", "html_200"):
+                body = b"" if fault == "empty_200" else b"<html><body>gateway</body></html>"
+                client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                               b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                               % (len(body), body))
                 return
             if fault == "slow":
                 time.sleep(self.delay)

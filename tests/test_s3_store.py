@@ -179,6 +179,31 @@ def test_failed_multipart_upload_is_aborted(
     assert store.get("run/ckpt-big") is None
 
 
+@pytest.mark.parametrize("kind", ["empty_200", "html_200"])
+def test_a_200_listing_that_is_not_a_listing_fails_instead_of_listing_nothing(
+    moto_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """A gateway that answers ListObjectsV2 with 200 and an empty body or an HTML page:
+    a transient failure, retried, then a StoreError; never an empty listing (a resume
+    would start the run over, `rm --completed` would see no runs)."""
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "0.5")
+    url = moto_server.new_store_url()
+    s3_env(moto_server)
+    open_store(url).put("run/ckpt-1", [b"x"])
+    proxy = fault_proxy(moto_server, rate=1.0, kinds=[kind], match=b"list-type=2")
+    s3_env(moto_server, endpoint=proxy.endpoint)
+    store = open_store(url)
+    with pytest.raises(StoreError, match="HTTP 500"):
+        store.list("run/")
+    assert proxy.faults[kind] >= 2  # retried as transient
+    with proxy.paused():
+        assert store.list("run/") == ["run/ckpt-1"]
+
+
 class _Retries(logging.Handler):
     """Collects the retry warnings logged while it is attached."""
 

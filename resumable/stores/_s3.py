@@ -214,18 +214,26 @@ def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict
     most of `resumable ls` on a store of 1,000 runs; ElementTree takes about 2 ms. The
     fields the store reads (Key, Size, LastModified, IsTruncated, NextContinuationToken)
     go into ``customized_response_dict``, which botocore merges into its result, and the
-    body it then parses is an empty listing. Anything unexpected (an error, another
-    shape, CommonPrefixes) leaves the response to botocore. Keys are URL-decoded only when
-    the server says it encoded them (the store asks with EncodingType=url itself, so
-    botocore does not decode them again).
+    body it then parses is an empty listing. Anything unexpected (CommonPrefixes, an
+    entry without a Key) leaves the response to botocore; a 200 whose body is no
+    ListBucketResult becomes a 500 (retried), never an empty listing. Keys are
+    URL-decoded only when the server says it encoded them (the store asks with
+    EncodingType=url itself, so botocore does not decode them again).
     """
     if response_dict.get("status_code") != 200:
         return
     try:
         root = ElementTree.fromstring(response_dict["body"])
+    except (ElementTree.ParseError, KeyError):
+        root = None
+    if root is None or not root.tag.endswith("ListBucketResult"):
+        # A 200 that is no listing (empty, cut short, an HTML page from a gateway, an
+        # <Error>): botocore would parse it as an empty listing. A failure to retry.
+        response_dict["status_code"] = 500
+        return
+    try:
         ns = root.tag[: -len("ListBucketResult")]
-        if (not root.tag.endswith("ListBucketResult")
-                or root.find(f"{ns}CommonPrefixes") is not None):
+        if root.find(f"{ns}CommonPrefixes") is not None:
             return
         encoded = root.findtext(f"{ns}EncodingType") == "url"
         contents: list[dict[str, Any]] = []
