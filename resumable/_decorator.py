@@ -359,22 +359,28 @@ class _Execution:
             # for a duration, the next yield) is snapshotted instead.
             self.uploader.skipped += 1
             return
-        if (previous is not None and previous.size >= _BIG and self.uploader.busy
-                and self.copies == 1):
-            # every="generation": the newest state must be kept (for an exception), and
-            # the one uploading too. Waiting for that upload to end lets this snapshot
-            # reuse its buffers: one copy of a large state, not two.
-            self.uploader.wait_not_busy()
         if (force or self.terminate) and previous is not None and previous.size >= _BIG:
             # The run ends after this save and waits for every save anyway: waiting first
             # lets the new snapshot reuse the previous one's buffers.
             self.uploader.wait_idle()
+        one_copy = self.copies == 1 and previous is not None and previous.size >= _BIG
         rng = self._capture_rng()
         if previous is not None and previous.step == self.submitted_step:
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
             self.last_snap = previous = None
-        self.pool.make_room = self.uploader.drop_waiting
+
+        def make_room() -> bool:
+            # Once the state has serialized: a save still waiting is taken back (this
+            # newer one replaces it). With one copy allowed, a save still running is
+            # waited for (every="generation" keeps the newest state for an exception,
+            # and the one uploading too); its buffers are then reused, not doubled.
+            dropped = self.uploader.drop_waiting()
+            if one_copy:
+                self.uploader.wait_not_busy()
+            return dropped
+
+        self.pool.make_room = make_room
         try:
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit)
         except BaseException as err:

@@ -339,7 +339,8 @@ def test_every_generation_keeps_one_copy_of_a_large_state_while_it_uploads(
         # live: the state yielded and the one being built (2 arrays); saves: one copy.
         assert peak < 3.5 * size, peak / size
     else:
-        assert events[:2] == [f"generation {k + 2}", "loop went on"], events
+        # (the body may be past generation k+2 before the held put even starts)
+        assert "loop went on" in events and "loop waited" not in events, events
         assert peak >= 4 * size, peak / size  # the newest copy beside the uploading one
     run = Run(open_store(tmp_path / "store"), "copies")
     names = run.checkpoint_names()
