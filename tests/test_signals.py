@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -428,6 +430,229 @@ def test_install_signal_handlers_outside_the_main_thread_is_refused() -> None:
     t.start()
     t.join()
     assert errors and "main thread" in str(errors[0])
+
+
+# -- a SIGTERM while the script ends or while runs stop -----------------------------------
+
+_SAY = """
+import os, signal, sys, threading, time
+import resumable
+from resumable import _signals, checkpointed
+
+resumable.install_signal_handlers()  # the runs start in a worker thread
+DEADLINE = time.monotonic() + 60  # no SIGTERM, no gate: give up rather than run forever
+
+def say(*words):  # one write per line: the threads' lines do not mix
+    os.write(1, (" ".join(map(str, words)) + "\\n").encode())
+
+def wait_for(condition, what):  # the child polls; the test waits on the lines it prints
+    while not condition():
+        if time.monotonic() > DEADLINE:
+            say("gave up waiting for", what)
+            os._exit(3)
+        time.sleep(0.002)
+"""
+
+
+class _Child:
+    """A script run as a real process whose printed lines the test waits for, each wait
+    bounded: on a timeout the child is killed and the test fails with what it printed."""
+
+    def __init__(self, tmp_path: Path, source: str, args: list[str] | None = None,
+                 timeout: float = 60, **env: str) -> None:
+        script = tmp_path / "script.py"
+        script.write_text(textwrap.dedent(source.format(store=str(tmp_path / "store"))))
+        self.err_path = tmp_path / "stderr"
+        with self.err_path.open("wb") as err:  # a file: a full stderr pipe cannot block it
+            self.proc = subprocess.Popen(
+                [sys.executable, str(script), *(args or [])], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=err, cwd=ROOT,
+                env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+        self.deadline = time.monotonic() + timeout
+        self.out = b""
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def _fail(self, why: str) -> None:
+        self.kill()
+        pytest.fail(f"{why}\nstdout:\n{self.out.decode()[-2000:]}\nstderr:\n"
+                    f"{self.stderr[-3000:]}")
+
+    def wait_for_line(self, prefix: str) -> str:
+        """The first line the child printed that starts with prefix (waiting for it)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while True:
+            for line in self.out.decode().splitlines(keepends=True):
+                if line.startswith(prefix) and line.endswith("\n"):
+                    return line.strip()
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self._fail(f"timed out waiting for a line {prefix!r}")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.proc.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+                    self._fail(f"the child ended (status {self.proc.returncode}) before "
+                               f"printing {prefix!r}")
+                self.out += chunk
+
+    def finish(self) -> tuple[int, str, str]:
+        """Wait for the child to exit: its status, all it printed, its stderr."""
+        try:
+            rest, _ = self.proc.communicate(timeout=max(1.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self._fail("timed out waiting for the child to exit")
+        self.out += rest
+        return self.proc.returncode, self.out.decode(), self.stderr
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.out += self.proc.communicate(timeout=10)[0]
+
+
+@contextlib.contextmanager
+def _child(tmp_path: Path, source: str, args: list[str] | None = None,
+           **env: str) -> Iterator[_Child]:
+    child = _Child(tmp_path, source, args, **env)
+    try:
+        yield child
+    finally:
+        child.kill()
+
+
+_DURING_THE_FINAL_JOIN = _SAY + """
+started = threading.Event()
+
+@checkpointed(store={store!r}, run_id="worker")
+def f(*, state=None):
+    started.set()
+    s = state or 0
+    announced = False
+    while time.monotonic() < DEADLINE:
+        s += 1
+        if not announced and not threading.main_thread().is_alive():
+            say("main over", s)  # Python joins this thread: the script body is over
+            announced = True
+        time.sleep(0.005)
+        yield s
+    say("no SIGTERM came")
+
+threading.Thread(target=f).start()  # not a daemon: Python waits for it at the end
+started.wait()  # the run is registered (one first started during shutdown: another test)
+say("script body over")
+"""
+
+
+def test_sigterm_while_python_joins_the_runs_thread_at_exit(tmp_path: Path) -> None:
+    """The script body is over and Python joins a thread whose run still goes: a SIGTERM
+    makes the run save its next yield and the process exit 143 (an exception raised in
+    the join would be ignored: exit 0, or a hang)."""
+    with _child(tmp_path, _DURING_THE_FINAL_JOIN) as child:
+        child.wait_for_line("script body over")
+        seen = int(child.wait_for_line("main over").split()[2])
+        child.proc.send_signal(signal.SIGTERM)
+        status, out, err = child.finish()
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "no SIGTERM came" not in out
+    assert "Traceback" not in err and "Exception" not in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "worker").load_latest(with_state=False)
+    assert latest is not None and latest.step >= seen
+
+
+_SECOND_SIGTERM = _SAY + """
+GATE = sys.argv[2]  # created by the test once it sent the second SIGTERM
+r, w = os.pipe()
+os.set_blocking(w, False)
+signal.set_wakeup_fd(w)  # written as the signal arrives, before our handler runs
+
+def signals():
+    n = 0
+    while os.read(r, 1):
+        n += 1
+        say("signal", n)
+
+def main_waits_for_the_runs():  # the main thread is in our exit hook: its run is over
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if (frame.f_code.co_name == "_at_exit"
+                and frame.f_globals.get("__name__") == "resumable._signals"):
+            return True
+        frame = frame.f_back
+    return False
+
+worker_going = threading.Event()
+main_waits = threading.Event()
+
+def make(name):
+    @checkpointed(store={store!r}, run_id=name)
+    def f(*, state=None):
+        s = state or 0
+        while time.monotonic() < DEADLINE:
+            s += 1
+            if name == "worker":
+                worker_going.set()
+                if main_waits.is_set():  # both runs are mid-generation when SIGTERM comes
+                    say("worker waits at", s)
+                    wait_for(_signals.terminating, "SIGTERM")
+                    if sys.argv[1] == "in-exit-hook":
+                        wait_for(main_waits_for_the_runs, "the main thread's exit hook")
+                    say("worker stopping at", s)
+                    wait_for(lambda: os.path.exists(GATE), "the gate")
+                time.sleep(0.002)
+            elif s == 3:
+                main_waits.set()
+                say("main waits")
+                wait_for(_signals.terminating, "SIGTERM")
+                if sys.argv[1] == "in-main-run":
+                    say("main stopping at", s)
+                    wait_for(lambda: os.path.exists(GATE), "the gate")
+            yield s
+        say("no SIGTERM came")
+    return f
+
+threading.Thread(target=signals, daemon=True).start()
+threading.Thread(target=make("worker")).start()
+worker_going.wait()
+try:
+    make("main")()
+finally:
+    say("main run over")
+"""
+
+
+@pytest.mark.parametrize("when", ["in-exit-hook", "in-main-run"])
+def test_a_second_sigterm_only_flags_and_both_runs_save(tmp_path: Path, when: str) -> None:
+    """Runs in the main thread and in a worker thread, two SIGTERMs: the second one (while
+    the main thread's run finishes its generation, or once it saved and the main thread
+    waits for the worker's run at exit) raises nothing in the main thread; each run saves
+    the generation it was in, and the process exits 143."""
+    gate = tmp_path / "gate"
+    with _child(tmp_path, _SECOND_SIGTERM, [when, str(gate)]) as child:
+        child.wait_for_line("main waits")
+        worker_at = int(child.wait_for_line("worker waits at").split()[3])
+        child.proc.send_signal(signal.SIGTERM)
+        child.wait_for_line("signal 1")
+        assert child.wait_for_line("worker stopping at") == f"worker stopping at {worker_at}"
+        if when == "in-main-run":
+            child.wait_for_line("main stopping at 3")
+        child.proc.send_signal(signal.SIGTERM)
+        child.wait_for_line("signal 2")  # it arrived: our handler runs at the main
+        gate.touch()  # thread's next bytecode, before the runs see the gate
+        status, out, err = child.finish()
+    store = open_store(str(tmp_path / "store"))
+    main = Run(store, "main").load_latest(with_state=False)
+    worker = Run(store, "worker").load_latest(with_state=False)
+    assert main is not None and main.step == 3, err[-3000:]
+    assert worker is not None and worker.step == worker_at, err[-3000:]  # its generation
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "no SIGTERM came" not in out
+    assert "Traceback" not in err and "Exception" not in err, err[-3000:]
 
 
 # -- other handlers: chained, ignored, restored -------------------------------------------
