@@ -131,7 +131,72 @@ def _install() -> bool:
         return False  # ignored stays ignored; a handler set outside Python is left alone
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
+    _start_relay()
     return True
+
+
+# -- waking the main thread ---------------------------------------------------------------
+# Python runs signal handlers in the main thread only. When the kernel hands a SIGTERM to
+# another thread (multiprocessing's worker-handling thread after a group SIGTERM, say),
+# a main thread blocked in a lock wait without a timeout (pool.map, Event.wait) never
+# wakes to run the handler: the process hangs where the default action would have ended
+# it. A relay thread reads the signals from Python's wakeup fd and sends a SIGTERM to the
+# main thread itself, which interrupts such a wait. A SIGTERM the main thread had already
+# taken then reaches the handler twice, which (runs active) only flags runs again. The
+# wakeup fd is one slot per process: if something else holds it (asyncio), it stays theirs.
+
+_relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, this pid
+_relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
+
+
+def _start_relay() -> None:
+    global _relay_fds
+    if _relay_fds is None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        _relay_fds = (r, w)
+        threading.Thread(target=_relay, args=(r,), name="resumable-sigterm-relay",
+                         daemon=True).start()
+    try:
+        previous = signal.set_wakeup_fd(_relay_fds[1], warn_on_full_buffer=False)
+    except (ValueError, OSError):  # not the main thread of the main interpreter
+        return
+    if previous not in (-1, _relay_fds[1]):
+        signal.set_wakeup_fd(previous)  # someone else's: theirs stays
+
+
+def _stop_relay() -> None:
+    """From the main thread: our wakeup fd is unset (the thread and pipe stay for reuse)."""
+    if _relay_fds is None:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        previous = signal.set_wakeup_fd(-1)
+        if previous != _relay_fds[1]:
+            signal.set_wakeup_fd(previous)
+
+
+def _relay(r: int) -> None:
+    global _relay_echoes
+    while True:
+        try:
+            data = os.read(r, 512)
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            if signum != signal.SIGTERM:
+                continue
+            if _relay_echoes:
+                _relay_echoes -= 1
+                continue
+            main = threading.main_thread()
+            if (os.getpid() != _owner or not _runs or _term_at is not None
+                    or not main.is_alive() or main.ident is None):
+                continue  # served already, or nothing to serve
+            with contextlib.suppress(OSError, ValueError):
+                _relay_echoes += 1
+                signal.pthread_kill(main.ident, signal.SIGTERM)
 
 
 def _uninstall() -> None:
@@ -139,6 +204,7 @@ def _uninstall() -> None:
     if _installed and not _pinned and threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGTERM) is _handler:  # else the application replaced it
             signal.signal(signal.SIGTERM, _previous)
+        _stop_relay()
         _installed = False
 
 
@@ -383,8 +449,15 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
+    global _relay_fds, _relay_echoes
     if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
         os._exit(143)
+    if _relay_fds is not None:  # the relay thread is the parent's; its pipe too
+        _stop_relay()
+        for fd in _relay_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _relay_fds, _relay_echoes = None, 0
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

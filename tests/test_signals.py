@@ -317,6 +317,46 @@ def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: 
     assert latest is not None and latest.step >= seen
 
 
+_TAKEN_BY_ANOTHER_THREAD = """
+import ctypes, os, signal, threading, time
+from resumable import checkpointed
+
+never = threading.Event()
+
+def take_the_signal():
+    # The kernel may hand a process-directed SIGTERM to any thread: after a group SIGTERM
+    # it was multiprocessing's worker-handling thread. tgkill aims one at this thread
+    # (signal.pthread_kill would also check for signals itself, which hides the hang).
+    ctypes.CDLL(None).tgkill(os.getpid(), threading.get_native_id(), signal.SIGTERM)
+    time.sleep(3600)
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    s = state or 0
+    while True:
+        s += 1
+        if s == 3:
+            threading.Thread(target=take_the_signal, daemon=True).start()
+            never.wait()  # a lock wait without a timeout: only a signal to this thread wakes it
+        yield s
+
+f()
+"""
+
+
+def test_sigterm_taken_by_another_thread_while_the_main_thread_waits_on_a_lock(
+        tmp_path: Path) -> None:
+    """Python runs handlers in the main thread only; a SIGTERM taken by another thread
+    left a main thread blocked in Event.wait() asleep for ever (the group-SIGTERM pool
+    hang). The relay wakes it: the handler runs, the body reaches no yield in
+    $RESUMABLE_TERM_TIMEOUT, it is interrupted and the last saved state (step 2) stands."""
+    proc = run_script(tmp_path, _TAKEN_BY_ANOTHER_THREAD, RESUMABLE_TERM_TIMEOUT="1")
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
+    assert "reached no yield" in proc.stderr, proc.stderr[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 2 and latest.state == 2
+
+
 # -- threads ------------------------------------------------------------------------------
 
 _THREADS = """
