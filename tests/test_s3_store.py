@@ -342,3 +342,72 @@ def test_checksums_can_be_turned_off(s3_store_url: str) -> None:
     payload = _payload([5 * MiB, 3], seed=12)
     store.put("run/big", payload)
     assert bytes(store.get("run/big") or b"") == _joined(payload)
+
+
+_NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+
+
+def _listing_page(keys: list[str], *, encoded: bool = False, truncated: bool = False,
+                  token: str | None = None) -> bytes:
+    items = "".join(f"<Contents><Key>{k}</Key><LastModified>2026-01-01T00:00:00.000Z"
+                    f"</LastModified><Size>3</Size></Contents>" for k in keys)
+    return (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult {_NS}><Name>b</Name>'
+            f'<Prefix>r/</Prefix>{"<EncodingType>url</EncodingType>" if encoded else ""}'
+            f'<KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>'
+            f'<IsTruncated>{"true" if truncated else "false"}</IsTruncated>'
+            + (f"<NextContinuationToken>{token}</NextContinuationToken>" if token else "")
+            + f"{items}</ListBucketResult>").encode()
+
+
+@pytest.fixture
+def crafted_listings(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A loopback HTTP endpoint answering every GET with the next of ``pages``: listings
+    no conforming server sends (moto, rclone and the fault proxy cannot make them)."""
+    import http.server
+    import threading
+
+    pages: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = pages.pop(0) if len(pages) > 1 else pages[0]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for name, value in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                        "AWS_DEFAULT_REGION": "us-east-1", "RESUMABLE_RETRY_DEADLINE": "1",
+                        "AWS_CONFIG_FILE": "/nonexistent",
+                        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}"}.items():
+        monkeypatch.setenv(name, value)
+    yield pages
+    server.shutdown()
+    thread.join()
+
+
+def test_a_truncated_listing_page_without_a_token_is_an_error(crafted_listings: Any) -> None:
+    """IsTruncated=true without NextContinuationToken: the listing cannot go on, and
+    stopping there returned the first page as if it were all (a resume would miss the
+    newest checkpoints). A well-formed second page is followed."""
+    crafted_listings[:] = [_listing_page(["r/a"], truncated=True, token="t1"),
+                           _listing_page(["r/b"])]
+    assert open_store("s3://bucket/").list("r/") == ["r/a", "r/b"]
+    crafted_listings[:] = [_listing_page(["r/a"], truncated=True), _listing_page(["r/b"])]
+    with pytest.raises(StoreError, match=r"s3://bucket.*truncated page without a Next"):
+        open_store("s3://bucket/").list("r/")
+
+
+def test_keys_the_server_url_encoded_are_decoded_once(crafted_listings: Any) -> None:
+    """A server that honours EncodingType=url (AWS): keys come back decoded, once."""
+    crafted_listings[:] = [_listing_page(["r/a+b", "r/a%2Bb", "r/%C3%BC", "r/x%26y%3Cz%3E"],
+                                         encoded=True)]
+    assert open_store("s3://bucket/").list("r/") == sorted(["r/a b", "r/a+b", "r/ü", "r/x&y<z>"])

@@ -880,9 +880,14 @@ class S3Store:
                     modified = item.get("LastModified")
                     keys.append(Listed(name[len(self.root) :], int(item.get("Size", 0)),
                                        modified.timestamp() if modified else 0.0))
-            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
-            if not token:
+            if not page.get("IsTruncated"):
                 break
+            token = page.get("NextContinuationToken")
+            if not token:  # a listing cut short is not a short listing
+                raise StoreError(
+                    f"{self.url}: listing {prefix!r} returned a truncated page without a "
+                    "NextContinuationToken, so the rest cannot be listed; the server does "
+                    "not implement ListObjectsV2 correctly (check its S3 compatibility)")
         keys.sort()  # S3 lists in byte order already; some compatible servers do not
         if start_after is not None:
             keys = [k for k in keys if k.key > start_after]
