@@ -161,10 +161,11 @@ SNAPSHOT_LIMIT = Setting(
     "(`inf`: always copy; `0`: never; units `KiB` `MiB` `GiB`, `MB` `GB`, `Mi` `Gi`)",
     parse_size, "a size such as 256MiB, 2GiB, 0 (always save in place) or inf (always copy)")
 SNAPSHOT_COPIES = Setting(
-    "RESUMABLE_SNAPSHOT_COPIES", 1, "1",
-    "copies of a state over 1 MiB that `every=\"generation\"` may hold: `1` waits at a "
-    "yield while the previous state is still uploading (memory: the state plus one copy); "
-    "`2` goes on and keeps the newest beside it (the loop never waits for storage)",
+    "RESUMABLE_SNAPSHOT_COPIES", 2, "2",
+    "copies of a state over 1 MiB that `every=\"generation\"` may hold: `2` goes on while "
+    "the previous state uploads and keeps the newest beside it (the loop never waits for "
+    "storage); `1` waits at that yield instead (memory: the state plus one copy; the loop "
+    "runs at the storage's pace when that is slower)",
     _copies, "1 or 2")
 RESTART_BACKOFF = Setting(
     "RESUMABLE_RESTART_BACKOFF", 0.0, "none",

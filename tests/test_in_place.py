@@ -286,9 +286,9 @@ def test_every_generation_keeps_one_copy_of_a_large_state_while_it_uploads(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, copies: str
 ) -> None:
     """every="generation"; the first checkpoint that goes up (step k) is held until the
-    loop either starts generation k+2 or waits for that save. $RESUMABLE_SNAPSHOT_COPIES=1
-    (the default): the loop waits, and no second copy of the state is made (tracemalloc's
-    peak stays below two states' worth of copies); 2: the loop goes on and holds the
+    loop either starts generation k+2 or waits for that save. $RESUMABLE_SNAPSHOT_COPIES=1:
+    the loop waits, and no second copy of the state is made (tracemalloc's peak stays
+    below two states' worth of copies); 2 (the default): the loop goes on and holds the
     newest state beside the uploading one. Either way each checkpoint holds its yield."""
     from tests.wrappers import DelegatingStore
 

@@ -186,6 +186,7 @@ def _get_client(
                 "s3", endpoint_url=endpoint_url, region_name=region, config=config
             )
             client.meta.events.register_first("before-parse.s3.ListObjectsV2", _parse_listing)
+            _no_second_parse_of_listings(client)
             _clients[key] = client
     return client, key
 
@@ -258,6 +259,25 @@ def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict
         return
     customized_response_dict.update(parsed)
     response_dict["body"] = _EMPTY_LISTING
+
+
+def _no_second_parse_of_listings(client: Any) -> None:
+    """botocore parses every 200 S3 body once more, looking for an <Error> root (S3 may
+    answer 200 and fail): for a listing page a full second parse. ``_parse_listing``
+    already decides that for listings, so on our clients botocore's check skips them.
+    It is botocore's private handler: if it is not there, both parses stay."""
+    try:
+        from botocore.handlers import _handle_200_error  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - another botocore
+        return
+    events = client.meta.events
+    events.unregister("before-parse.s3.*", _handle_200_error)
+
+    def handle_200_error(operation_model: Any, **kwargs: Any) -> None:
+        if operation_model.name != "ListObjectsV2":
+            _handle_200_error(operation_model=operation_model, **kwargs)
+
+    events.register_first("before-parse.s3.*", handle_200_error)
 
 
 def _s3_options(addressing_style: str | None, checksums: bool) -> dict[str, Any] | None:
