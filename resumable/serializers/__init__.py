@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pickle
 import pickletools
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -201,8 +200,11 @@ _HANDLE_MODULES = ("distributed", "socket", "_socket", "ssl", "_thread", "thread
 # Dask Future pickles as its key): a resumed run would hold a key that names nothing.
 _REMOTE_REFERENCES = {("distributed.client", "Future"), ("distributed.actor", "Actor"),
                       ("distributed.actor", "BaseActorFuture"), ("ray._raylet", "ObjectRef")}
-_REMOTE_MODULES = re.compile(b"|".join(
-    re.escape(module.encode()) for module in sorted({m for m, _ in _REMOTE_REFERENCES})))
+# Substrings every pickle naming one of them contains. Not a regex: an alternation is
+# tried at every byte of the stream (~50 ms on a 9 MB DEAP population), a substring
+# search is a memchr pass.
+_REMOTE_MODULES = (b"distributed.", b"ray._raylet")
+assert all(any(m.encode().startswith(p) for p in _REMOTE_MODULES) for m, _ in _REMOTE_REFERENCES)
 _GATHER_HINT = (
     "keep it out of the state: gather results before yielding (e.g. values = "
     "client.gather(futures)), and rebuild clients, sockets, locks, open files and "
@@ -261,9 +263,9 @@ def _refuse_remote_references(
     serializer: Serializer, stream: Buffer, obj: Any, what: str, root: str
 ) -> None:
     """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
-    if _REMOTE_MODULES.search(stream) is None:
-        return  # the common case costs one search of the pickle stream, without a copy
-    data = bytes(stream)
+    data = stream if isinstance(stream, bytes) else bytes(stream)  # pickle gives bytes
+    if not any(module in data for module in _REMOTE_MODULES):
+        return  # the common case: two substring searches (memchr-fast) of the stream
     found = next((g for g in _named_globals(data) if g in _REMOTE_REFERENCES), None)
     if found is None:
         return
