@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import pickletools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -204,6 +205,7 @@ _REMOTE_REFERENCES = {("distributed.client", "Future"), ("distributed.actor", "A
 # tried at every byte of the stream (~50 ms on a 9 MB DEAP population), a substring
 # search is a memchr pass.
 _REMOTE_MODULES = (b"distributed.", b"ray._raylet")
+_REMOTE_PACKAGES = ("distributed", "ray")
 assert all(any(m.encode().startswith(p) for p in _REMOTE_MODULES) for m, _ in _REMOTE_REFERENCES)
 _GATHER_HINT = (
     "keep it out of the state: gather results before yielding (e.g. values = "
@@ -263,6 +265,8 @@ def _refuse_remote_references(
     serializer: Serializer, stream: Buffer, obj: Any, what: str, root: str
 ) -> None:
     """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
+    if not any(sys.modules.get(name) for name in _REMOTE_PACKAGES):
+        return  # no such handle can exist in a process that never imported its package
     data = stream if isinstance(stream, bytes) else bytes(stream)  # pickle gives bytes
     if not any(module in data for module in _REMOTE_MODULES):
         return  # the common case: two substring searches (memchr-fast) of the stream
