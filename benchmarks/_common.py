@@ -24,12 +24,24 @@ DEFAULT_OUT = HERE / "results"
 MiB = 1024 * 1024
 
 
+class _Parser(argparse.ArgumentParser):
+    """--out defaults to results/ for full runs and results/quick/ for --quick ones, so a
+    quick try never overwrites the full runs' figures the README quotes."""
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        ns = super().parse_args(*args, **kwargs)
+        if getattr(ns, "out", None) is None:
+            ns.out = DEFAULT_OUT / "quick" if ns.quick else DEFAULT_OUT
+        return ns
+
+
 def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+    p = _Parser(description=description)
     p.add_argument("--quick", action="store_true",
                    help="tiny configuration that finishes in seconds (CI runs this)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help=f"folder for <name>.json and <name>.png (default {DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"folder for <name>.json and <name>.png (default {DEFAULT_OUT}, "
+                        "or its quick/ folder with --quick)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     return p
 
