@@ -190,9 +190,12 @@ def _relay(r: int) -> None:
             if _relay_echoes:
                 _relay_echoes -= 1
                 continue
+            # The main thread may be past its script, joining the runs' threads at exit
+            # (is_alive() is False then): its OS thread lives until the process ends,
+            # and the handler has a branch for that join.
             main = threading.main_thread()
             if (os.getpid() != _owner or not _runs or _term_at is not None
-                    or not main.is_alive() or main.ident is None):
+                    or main.ident is None):
                 continue  # served already, or nothing to serve
             with contextlib.suppress(OSError, ValueError):
                 _relay_echoes += 1

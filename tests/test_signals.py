@@ -605,6 +605,50 @@ def test_sigterm_while_python_joins_the_runs_thread_at_exit(tmp_path: Path) -> N
     assert latest is not None and latest.step >= seen
 
 
+_TAKEN_BY_THE_RUNS_THREAD_DURING_THE_FINAL_JOIN = _SAY + """
+import ctypes
+started = threading.Event()
+
+@checkpointed(store={store!r}, run_id="worker")
+def f(*, state=None):
+    started.set()
+    s = state or 0
+    sent = False
+    while time.monotonic() < DEADLINE:
+        s += 1
+        if not sent and not threading.main_thread().is_alive():
+            say("main over", s)  # Python joins this thread: the script body is over
+            # The kernel hands the process's SIGTERM to this thread, not the main one
+            # (tgkill: signal.pthread_kill would check for signals itself).
+            ctypes.CDLL(None).tgkill(os.getpid(), threading.get_native_id(), signal.SIGTERM)
+            sent = True
+        time.sleep(0.005)
+        yield s
+    say("no SIGTERM came")
+
+threading.Thread(target=f).start()  # not a daemon: Python waits for it at the end
+started.wait()
+say("script body over")
+"""
+
+
+def test_sigterm_taken_by_the_runs_thread_while_python_joins_it_at_exit(
+        tmp_path: Path) -> None:
+    """The script body is over and Python joins the run's thread (an untimed lock wait,
+    main_thread().is_alive() is False): a SIGTERM the kernel hands to the run's thread
+    must still wake the main thread, whose handler tells the run to stop. The relay
+    skipped a main thread that was no longer 'alive': the SIGTERM went unserved until
+    the run ended by itself."""
+    with _child(tmp_path, _TAKEN_BY_THE_RUNS_THREAD_DURING_THE_FINAL_JOIN) as child:
+        child.wait_for_line("script body over")
+        seen = int(child.wait_for_line("main over").split()[2])
+        status, out, err = child.finish()
+    assert "no SIGTERM came" not in out, err[-3000:]
+    assert status == EXIT_SIGTERM, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "worker").load_latest(with_state=False)
+    assert latest is not None and latest.step >= seen
+
+
 _SECOND_SIGTERM = _SAY + """
 GATE = sys.argv[2]  # created by the test once it sent the second SIGTERM
 r, w = os.pipe()
