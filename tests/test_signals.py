@@ -949,3 +949,66 @@ def test_a_save_slower_than_the_term_timeout_is_not_an_interruption(tmp_path: Pa
     assert "reached no yield" not in err, err[-3000:]
     latest = Run(open_store(str(tmp_path / "store")), "s").load_latest()
     assert latest is not None and latest.step == 1
+
+
+_SIGTERM_WHILE_ONE_COPY_WAITS = """
+import os, signal, sys, threading, time
+import numpy as np
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+def main_waits_for_the_running_save():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == "wait_not_busy":
+            return True
+        frame = frame.f_back
+    return False
+
+slowed = []
+
+class SlowStore(LocalStore):  # the first checkpoint takes longer than the term timeout
+    def put(self, key, data):
+        if "ckpt-" in key and not slowed:
+            slowed.append(key)
+            deadline = time.monotonic() + 30
+            while not main_waits_for_the_running_save():
+                if time.monotonic() > deadline:
+                    print("the loop never waited", flush=True)
+                    os._exit(3)
+                time.sleep(0.002)
+            print("waits for", key.rsplit("-", 1)[1], flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)  # the body has yielded the next state
+            time.sleep(3 * {timeout})
+        super().put(key, data)
+
+@checkpointed(store=SlowStore({store!r}), run_id="r")
+def f(*, state=None):
+    state = state or {{"i": 0, "big": np.zeros(2 << 20, dtype=np.uint8)}}  # over 1 MiB
+    while True:
+        state["i"] += 1
+        yield state
+
+f()
+"""
+
+
+def test_sigterm_while_one_copy_waits_for_the_running_save_saves_the_yield(
+        tmp_path: Path) -> None:
+    """RESUMABLE_SNAPSHOT_COPIES=1: the body yielded, and its snapshot waits for the
+    previous state's upload. A SIGTERM then, with that upload slower than
+    $RESUMABLE_TERM_TIMEOUT, is a slow save after a prompt yield, not a body that reached
+    no yield: the yielded state is saved (it was interrupted and lost)."""
+    timeout = 1
+    script = tmp_path / "script.py"
+    script.write_text(_SIGTERM_WHILE_ONE_COPY_WAITS.format(store=str(tmp_path / "store"),
+                                                           timeout=timeout))
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT=str(timeout),
+                 RESUMABLE_SNAPSHOT_COPIES="1"))
+    waited = int(proc.stdout.split("waits for ")[1].split()[0])
+    assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest(with_state=False)
+    assert latest is not None and latest.step == waited + 1, proc.stderr[-3000:]
