@@ -197,6 +197,11 @@ def _relay(r: int) -> None:
             if (os.getpid() != _owner or not _runs or _term_at is not None
                     or main.ident is None):
                 continue  # served already, or nothing to serve
+            if signal.getsignal(signal.SIGTERM) is not _handler:
+                # Replaced during the run (a framework the body set up): whether the main
+                # thread already ran that handler is unknown; a relayed SIGTERM would call
+                # it a second time for one signal.
+                continue
             with contextlib.suppress(OSError, ValueError):
                 _relay_echoes += 1
                 signal.pthread_kill(main.ident, signal.SIGTERM)

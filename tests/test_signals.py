@@ -824,6 +824,54 @@ def test_a_handler_installed_during_the_run_is_kept(tmp_path: Path) -> None:
     assert "kept True" in proc.stdout
 
 
+_REPLACED_IN_RUN_COUNTS = """
+import array, fcntl, os, signal, sys, termios, threading, time
+from resumable import checkpointed, _signals
+
+calls = []
+
+def app(signum, frame):
+    calls.append(signum)
+
+def relay_done():  # the relay read every byte the signals wrote and waits for more
+    n = array.array("i", [0])
+    fcntl.ioctl(_signals._relay_fds[0], termios.FIONREAD, n)
+    relay = next(t for t in threading.enumerate() if t.name == "resumable-sigterm-relay")
+    frame = sys._current_frames().get(relay.ident)
+    if n[0] or frame is None or frame.f_code.co_name != "_relay":
+        return False
+    with open(frame.f_code.co_filename) as source:
+        return "os.read(" in source.read().splitlines()[frame.f_lineno - 1]
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    signal.signal(signal.SIGTERM, app)  # e.g. a server or framework set up by the body
+    yield 1
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not calls or not relay_done():
+        if time.monotonic() > deadline:
+            print("gave up waiting", flush=True)
+            os._exit(3)
+    for _ in range(1000):  # bytecodes: a SIGTERM the relay sent would be handled here
+        pass
+    print("app handler calls", len(calls), flush=True)
+    yield 2
+
+f()
+"""
+
+
+def test_a_handler_installed_during_the_run_is_called_once_per_sigterm(
+        tmp_path: Path) -> None:
+    """The body replaced our handler with its own: one SIGTERM calls it once. The relay
+    sent the main thread a second SIGTERM (it only checked that no SIGTERM was being
+    served, which ours records), so the application's handler ran twice."""
+    proc = run_script(tmp_path, _REPLACED_IN_RUN_COUNTS)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "app handler calls 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
 # -- program end with an unfinished iterator ----------------------------------------------
 
 _ITER_AT_EXIT = """
