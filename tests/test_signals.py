@@ -872,6 +872,52 @@ def test_a_handler_installed_during_the_run_is_called_once_per_sigterm(
     assert "app handler calls 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
+_ASYNCIO_SIGNAL_AS_A_RUN_ENDS = """
+import asyncio, os, signal, sys
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    yield 1
+
+sent = []
+
+def profile(frame, event, arg):
+    # A SIGUSR1 arrives while the run ends: inside _stop_relay, after its first call to
+    # set_wakeup_fd (or as it returns, if it makes none).
+    if sent or frame.f_code.co_name != "_stop_relay":
+        return
+    if (event == "c_return" and arg is signal.set_wakeup_fd) or event == "return":
+        sent.append(event)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+async def main():
+    got = []
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, got.append, 1)
+    sys.setprofile(profile)
+    try:
+        f()  # a run in the loop's thread, the main thread: our SIGTERM handler is set
+    finally:
+        sys.setprofile(None)
+    for _ in range(3000):  # asyncio reads its wakeup socket: the callback runs soon
+        if got:
+            break
+        await asyncio.sleep(0.01)
+    print("sent", len(sent), "asyncio saw", len(got), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_signal_asyncio_handles_is_not_lost_as_a_run_ends(tmp_path: Path) -> None:
+    """asyncio holds Python's wakeup fd (loop.add_signal_handler) and a run ends: the
+    relay, which never took the fd, must not unset it to look, or a signal arriving
+    then never reaches asyncio's callback."""
+    proc = run_script(tmp_path, _ASYNCIO_SIGNAL_AS_A_RUN_ENDS)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sent 1 asyncio saw 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
 # -- program end with an unfinished iterator ----------------------------------------------
 
 _ITER_AT_EXIT = """
