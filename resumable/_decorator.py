@@ -318,11 +318,14 @@ class _Execution:
         self.outer: weakref.ref[Generator[Any, None, Any]] | None = None
         self.checked_result: tuple[bool, Any] | None = None
         self.stopping = False  # after SIGTERM: the body is done, the state is being saved
+        self.at_yield = False  # the body yielded; its state is being snapshotted
 
     # -- signals (called by _signals; on_sigterm runs inside the handler: flags only) ------
 
     def on_sigterm(self) -> None:
         self.terminate = True
+        if self.at_yield:  # the body yielded before the SIGTERM: only saving is left
+            self.stopping = True  # (the snapshot may wait for a running save: one copy)
 
     def interrupt(self) -> None:
         self.interrupted = True
@@ -640,7 +643,11 @@ class _Execution:
                 last_state = self.held = yielded
                 self.step = step
                 self.stopping = self.terminate  # reached its yield after a SIGTERM
-                self._checkpoint(yielded, step)
+                self.at_yield = True
+                try:
+                    self._checkpoint(yielded, step)
+                finally:
+                    self.at_yield = False
                 if self.terminate:
                     self.stopping = True  # the body reached its yield: only saving is left
                     self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile

@@ -147,10 +147,11 @@ def _install() -> bool:
 
 _relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, this pid
 _relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
+_relay_holds = False  # the wakeup fd is ours (set by _start_relay, not handed back)
 
 
 def _start_relay() -> None:
-    global _relay_fds
+    global _relay_fds, _relay_holds
     if _relay_fds is None:
         r, w = os.pipe()
         os.set_blocking(w, False)
@@ -161,14 +162,20 @@ def _start_relay() -> None:
         previous = signal.set_wakeup_fd(_relay_fds[1], warn_on_full_buffer=False)
     except (ValueError, OSError):  # not the main thread of the main interpreter
         return
-    if previous not in (-1, _relay_fds[1]):
+    _relay_holds = previous in (-1, _relay_fds[1])
+    if not _relay_holds:
         signal.set_wakeup_fd(previous)  # someone else's: theirs stays
 
 
 def _stop_relay() -> None:
-    """From the main thread: our wakeup fd is unset (the thread and pipe stay for reuse)."""
-    if _relay_fds is None:
+    """From the main thread: our wakeup fd is unset (the thread and pipe stay for reuse).
+
+    Only if we took it: unsetting someone else's (asyncio's) to find out would lose the
+    signals that arrive meanwhile."""
+    global _relay_holds
+    if _relay_fds is None or not _relay_holds:
         return
+    _relay_holds = False
     with contextlib.suppress(ValueError, OSError):
         previous = signal.set_wakeup_fd(-1)
         if previous != _relay_fds[1]:
@@ -190,10 +197,18 @@ def _relay(r: int) -> None:
             if _relay_echoes:
                 _relay_echoes -= 1
                 continue
+            # The main thread may be past its script, joining the runs' threads at exit
+            # (is_alive() is False then): its OS thread lives until the process ends,
+            # and the handler has a branch for that join.
             main = threading.main_thread()
             if (os.getpid() != _owner or not _runs or _term_at is not None
-                    or not main.is_alive() or main.ident is None):
+                    or main.ident is None):
                 continue  # served already, or nothing to serve
+            if signal.getsignal(signal.SIGTERM) is not _handler:
+                # Replaced during the run (a framework the body set up): whether the main
+                # thread already ran that handler is unknown; a relayed SIGTERM would call
+                # it a second time for one signal.
+                continue
             with contextlib.suppress(OSError, ValueError):
                 _relay_echoes += 1
                 signal.pthread_kill(main.ident, signal.SIGTERM)
@@ -449,7 +464,7 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
-    global _relay_fds, _relay_echoes
+    global _relay_fds, _relay_echoes, _relay_holds
     if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
         os._exit(143)
     if _relay_fds is not None:  # the relay thread is the parent's; its pipe too
@@ -457,7 +472,7 @@ def _after_fork_in_child() -> None:
         for fd in _relay_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _relay_fds, _relay_echoes = None, 0
+        _relay_fds, _relay_echoes, _relay_holds = None, 0, False
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

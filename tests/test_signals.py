@@ -605,6 +605,50 @@ def test_sigterm_while_python_joins_the_runs_thread_at_exit(tmp_path: Path) -> N
     assert latest is not None and latest.step >= seen
 
 
+_TAKEN_BY_THE_RUNS_THREAD_DURING_THE_FINAL_JOIN = _SAY + """
+import ctypes
+started = threading.Event()
+
+@checkpointed(store={store!r}, run_id="worker")
+def f(*, state=None):
+    started.set()
+    s = state or 0
+    sent = False
+    while time.monotonic() < DEADLINE:
+        s += 1
+        if not sent and not threading.main_thread().is_alive():
+            say("main over", s)  # Python joins this thread: the script body is over
+            # The kernel hands the process's SIGTERM to this thread, not the main one
+            # (tgkill: signal.pthread_kill would check for signals itself).
+            ctypes.CDLL(None).tgkill(os.getpid(), threading.get_native_id(), signal.SIGTERM)
+            sent = True
+        time.sleep(0.005)
+        yield s
+    say("no SIGTERM came")
+
+threading.Thread(target=f).start()  # not a daemon: Python waits for it at the end
+started.wait()
+say("script body over")
+"""
+
+
+def test_sigterm_taken_by_the_runs_thread_while_python_joins_it_at_exit(
+        tmp_path: Path) -> None:
+    """The script body is over and Python joins the run's thread (an untimed lock wait,
+    main_thread().is_alive() is False): a SIGTERM the kernel hands to the run's thread
+    must still wake the main thread, whose handler tells the run to stop. The relay
+    skipped a main thread that was no longer 'alive': the SIGTERM went unserved until
+    the run ended by itself."""
+    with _child(tmp_path, _TAKEN_BY_THE_RUNS_THREAD_DURING_THE_FINAL_JOIN) as child:
+        child.wait_for_line("script body over")
+        seen = int(child.wait_for_line("main over").split()[2])
+        status, out, err = child.finish()
+    assert "no SIGTERM came" not in out, err[-3000:]
+    assert status == EXIT_SIGTERM, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "worker").load_latest(with_state=False)
+    assert latest is not None and latest.step >= seen
+
+
 _SECOND_SIGTERM = _SAY + """
 GATE = sys.argv[2]  # created by the test once it sent the second SIGTERM
 r, w = os.pipe()
@@ -780,6 +824,100 @@ def test_a_handler_installed_during_the_run_is_kept(tmp_path: Path) -> None:
     assert "kept True" in proc.stdout
 
 
+_REPLACED_IN_RUN_COUNTS = """
+import array, fcntl, os, signal, sys, termios, threading, time
+from resumable import checkpointed, _signals
+
+calls = []
+
+def app(signum, frame):
+    calls.append(signum)
+
+def relay_done():  # the relay read every byte the signals wrote and waits for more
+    n = array.array("i", [0])
+    fcntl.ioctl(_signals._relay_fds[0], termios.FIONREAD, n)
+    relay = next(t for t in threading.enumerate() if t.name == "resumable-sigterm-relay")
+    frame = sys._current_frames().get(relay.ident)
+    if n[0] or frame is None or frame.f_code.co_name != "_relay":
+        return False
+    with open(frame.f_code.co_filename) as source:
+        return "os.read(" in source.read().splitlines()[frame.f_lineno - 1]
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    signal.signal(signal.SIGTERM, app)  # e.g. a server or framework set up by the body
+    yield 1
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not calls or not relay_done():
+        if time.monotonic() > deadline:
+            print("gave up waiting", flush=True)
+            os._exit(3)
+    for _ in range(1000):  # bytecodes: a SIGTERM the relay sent would be handled here
+        pass
+    print("app handler calls", len(calls), flush=True)
+    yield 2
+
+f()
+"""
+
+
+def test_a_handler_installed_during_the_run_is_called_once_per_sigterm(
+        tmp_path: Path) -> None:
+    """The body replaced our handler with its own: one SIGTERM calls it once. The relay
+    sent the main thread a second SIGTERM (it only checked that no SIGTERM was being
+    served, which ours records), so the application's handler ran twice."""
+    proc = run_script(tmp_path, _REPLACED_IN_RUN_COUNTS)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "app handler calls 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+_ASYNCIO_SIGNAL_AS_A_RUN_ENDS = """
+import asyncio, os, signal, sys
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    yield 1
+
+sent = []
+
+def profile(frame, event, arg):
+    # A SIGUSR1 arrives while the run ends: inside _stop_relay, after its first call to
+    # set_wakeup_fd (or as it returns, if it makes none).
+    if sent or frame.f_code.co_name != "_stop_relay":
+        return
+    if (event == "c_return" and arg is signal.set_wakeup_fd) or event == "return":
+        sent.append(event)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+async def main():
+    got = []
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, got.append, 1)
+    sys.setprofile(profile)
+    try:
+        f()  # a run in the loop's thread, the main thread: our SIGTERM handler is set
+    finally:
+        sys.setprofile(None)
+    for _ in range(3000):  # asyncio reads its wakeup socket: the callback runs soon
+        if got:
+            break
+        await asyncio.sleep(0.01)
+    print("sent", len(sent), "asyncio saw", len(got), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_signal_asyncio_handles_is_not_lost_as_a_run_ends(tmp_path: Path) -> None:
+    """asyncio holds Python's wakeup fd (loop.add_signal_handler) and a run ends: the
+    relay, which never took the fd, must not unset it to look, or a signal arriving
+    then never reaches asyncio's callback."""
+    proc = run_script(tmp_path, _ASYNCIO_SIGNAL_AS_A_RUN_ENDS)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sent 1 asyncio saw 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
 # -- program end with an unfinished iterator ----------------------------------------------
 
 _ITER_AT_EXIT = """
@@ -905,3 +1043,66 @@ def test_a_save_slower_than_the_term_timeout_is_not_an_interruption(tmp_path: Pa
     assert "reached no yield" not in err, err[-3000:]
     latest = Run(open_store(str(tmp_path / "store")), "s").load_latest()
     assert latest is not None and latest.step == 1
+
+
+_SIGTERM_WHILE_ONE_COPY_WAITS = """
+import os, signal, sys, threading, time
+import numpy as np
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+def main_waits_for_the_running_save():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == "wait_not_busy":
+            return True
+        frame = frame.f_back
+    return False
+
+slowed = []
+
+class SlowStore(LocalStore):  # the first checkpoint takes longer than the term timeout
+    def put(self, key, data):
+        if "ckpt-" in key and not slowed:
+            slowed.append(key)
+            deadline = time.monotonic() + 30
+            while not main_waits_for_the_running_save():
+                if time.monotonic() > deadline:
+                    print("the loop never waited", flush=True)
+                    os._exit(3)
+                time.sleep(0.002)
+            print("waits for", key.rsplit("-", 1)[1], flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)  # the body has yielded the next state
+            time.sleep(3 * {timeout})
+        super().put(key, data)
+
+@checkpointed(store=SlowStore({store!r}), run_id="r")
+def f(*, state=None):
+    state = state or {{"i": 0, "big": np.zeros(2 << 20, dtype=np.uint8)}}  # over 1 MiB
+    while True:
+        state["i"] += 1
+        yield state
+
+f()
+"""
+
+
+def test_sigterm_while_one_copy_waits_for_the_running_save_saves_the_yield(
+        tmp_path: Path) -> None:
+    """RESUMABLE_SNAPSHOT_COPIES=1: the body yielded, and its snapshot waits for the
+    previous state's upload. A SIGTERM then, with that upload slower than
+    $RESUMABLE_TERM_TIMEOUT, is a slow save after a prompt yield, not a body that reached
+    no yield: the yielded state is saved (it was interrupted and lost)."""
+    timeout = 1
+    script = tmp_path / "script.py"
+    script.write_text(_SIGTERM_WHILE_ONE_COPY_WAITS.format(store=str(tmp_path / "store"),
+                                                           timeout=timeout))
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT=str(timeout),
+                 RESUMABLE_SNAPSHOT_COPIES="1"))
+    waited = int(proc.stdout.split("waits for ")[1].split()[0])
+    assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest(with_state=False)
+    assert latest is not None and latest.step == waited + 1, proc.stderr[-3000:]
