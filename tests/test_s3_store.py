@@ -450,3 +450,13 @@ def test_parts_sent_from_the_snapshot_are_resent_intact_after_a_fault(
     assert store.checksums  # the server took the CRC32Cs: the views were sent as they are
     assert proxy.faults[kind] >= 1
     assert bytes(store.get("run/ckpt-big") or b"") == _joined(payload)
+
+
+def test_a_listing_entry_without_a_key_is_an_error(crafted_listings: Any) -> None:
+    """A page the store cannot read as a listing is retried and then a StoreError
+    naming the store, not handed to botocore (which left URL-encoded keys encoded, and
+    the store then failed with a bare KeyError on the entry)."""
+    page = _listing_page(["r/a"]).replace(b"<Key>r/a</Key>", b"")
+    crafted_listings[:] = [page]
+    with pytest.raises(StoreError, match=r"s3://bucket"):
+        open_store("s3://bucket/").list("r/")

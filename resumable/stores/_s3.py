@@ -215,34 +215,26 @@ def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict
     most of `resumable ls` on a store of 1,000 runs; ElementTree takes about 2 ms. The
     fields the store reads (Key, Size, LastModified, IsTruncated, NextContinuationToken)
     go into ``customized_response_dict``, which botocore merges into its result, and the
-    body it then parses is an empty listing. Anything unexpected (CommonPrefixes, an
-    entry without a Key) leaves the response to botocore; a 200 whose body is no
-    ListBucketResult becomes a 500 (retried), never an empty listing. Keys are
-    URL-decoded only when the server says it encoded them (the store asks with
-    EncodingType=url itself, so botocore does not decode them again).
+    body it then parses is an empty listing. Keys are URL-decoded only when the server
+    says it encoded them (the store asks with EncodingType=url itself, so botocore does
+    not decode them). A 200 this cannot read as a listing (empty, cut short, an HTML page
+    from a gateway, an <Error>, an entry without a key) becomes a 500, retried: botocore
+    would have made an empty listing of most of them, and keys it left encoded.
     """
     if response_dict.get("status_code") != 200:
         return
     try:
         root = ElementTree.fromstring(response_dict["body"])
-    except (ElementTree.ParseError, KeyError):
-        root = None
-    if root is None or not root.tag.endswith("ListBucketResult"):
-        # A 200 that is no listing (empty, cut short, an HTML page from a gateway, an
-        # <Error>): botocore would parse it as an empty listing. A failure to retry.
-        response_dict["status_code"] = 500
-        return
-    try:
+        if not root.tag.endswith("ListBucketResult"):
+            raise ValueError(root.tag)
         ns = root.tag[: -len("ListBucketResult")]
-        if root.find(f"{ns}CommonPrefixes") is not None:
-            return
         encoded = root.findtext(f"{ns}EncodingType") == "url"
         contents: list[dict[str, Any]] = []
         for item in root.iterfind(f"{ns}Contents"):
             key, size = item.findtext(f"{ns}Key"), item.findtext(f"{ns}Size")
             modified = item.findtext(f"{ns}LastModified")
             if key is None:
-                return
+                raise ValueError("an entry without a Key")
             entry: dict[str, Any] = {"Key": unquote_plus(key) if encoded else key}
             if size is not None:
                 entry["Size"] = int(size)
@@ -256,6 +248,7 @@ def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict
         if token is not None:
             parsed["NextContinuationToken"] = token
     except (ElementTree.ParseError, ValueError, TypeError, KeyError):
+        response_dict["status_code"] = 500
         return
     customized_response_dict.update(parsed)
     response_dict["body"] = _EMPTY_LISTING
