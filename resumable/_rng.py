@@ -132,8 +132,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
         saved = state["random"]
         if saved and saved[0] == "MT19937-raw":
             _, raw, gauss_next = saved
-            key = struct.unpack(f"<{_MT_WORDS}I", raw[4:])
-            saved = (3, (*key, struct.unpack("<i", raw[:4])[0]), gauss_next)
+            saved = (3, _random_internal(raw), gauss_next)
         random.setstate(saved)
     if "numpy" in state:
         import numpy as np
@@ -174,6 +173,11 @@ def _random_state() -> Any:
             inst.gauss_next)  # type: ignore[attr-defined]
 
 
+def _random_internal(raw: bytes) -> tuple[int, ...]:
+    """random.getstate()'s middle item (624 key words, then the index) from a raw read."""
+    return (*struct.unpack(f"<{_MT_WORDS}I", raw[4:]), struct.unpack("<i", raw[:4])[0])
+
+
 def _probe_random() -> int:
     """Find (and check) where random.Random keeps its int index and 624-word key; -1 if unsure.
 
@@ -192,8 +196,7 @@ def _probe_random() -> int:
                     r.random()
                 raw = ctypes.string_at(id(r) + offset, 4 + _MT_BYTES)
                 version, internal, _ = r.getstate()
-                if (version != 3 or internal[:-1] != struct.unpack(f"{_MT_WORDS}I", raw[4:])
-                        or internal[-1] != struct.unpack("i", raw[:4])[0]):
+                if version != 3 or internal != _random_internal(raw):
                     return -1
     except Exception:  # any surprise: keep random's own getstate()
         return -1
