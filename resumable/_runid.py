@@ -104,8 +104,9 @@ class _Encoder:
         enc = self._encode
         tag = type(obj).__qualname__
         np = sys.modules.get("numpy")
-        if isinstance(obj, PurePath):
-            enc(("path", str(obj)), out, path, depth)
+        if isinstance(obj, PurePath):  # a tag of its own: not the tuple ("path", str)
+            out += b"path:"
+            _atom(str(obj), out)
         elif isinstance(obj, (list, tuple)):
             out += f"{tag}:{len(obj)}[".encode()
             for i, item in enumerate(obj):

@@ -260,6 +260,13 @@ def test_equal_values_share_a_run_and_different_values_do_not(a: Any, b: Any) ->
     assert (rid(functools.partial(power, a)) == rid(functools.partial(power, b))) == same
 
 
+def test_a_path_is_not_the_tuple_that_spells_it() -> None:
+    """A path and the tuple ("path", str(path)) were encoded alike: one run for both."""
+    assert rid(Path("/data/x")) != rid(("path", "/data/x"))
+    assert rid(Path("/data/x")) == rid(Path("/data") / "x")
+    assert rid(Path("/data/x")) != rid("/data/x")
+
+
 _SERVER = """
 import struct, sys
 import cloudpickle
