@@ -306,6 +306,7 @@ class _Execution:
         self.last_snap: Snapshot | None = None  # the newest snapshot (due yields only)
         self.pool = _RoomMakingPool()
         self.submitted_step = -1
+        self.written_step = 0  # the newest step a save wrote (the SIGTERM log line)
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _settings.SNAPSHOT_LIMIT.read()
         self.copies = _settings.SNAPSHOT_COPIES.read()
@@ -407,6 +408,7 @@ class _Execution:
         def job() -> None:
             try:
                 self.run.write_checkpoint(snap)
+                self.written_step = max(self.written_step, snap.step)
                 if progress is not None:
                     progress.saved()
             finally:
@@ -450,8 +452,10 @@ class _Execution:
         self.durable_step = snap.step
 
     def _saved_step(self) -> int:
-        """The step the last flush made durable (for the SIGTERM log line)."""
-        return self.last_snap.step if self.last_snap is not None else self.durable_step
+        """The newest step saved (for the SIGTERM log line), after the last flush.
+
+        Not the last snapshot's: it may have been released (and its step with it)."""
+        return max(self.written_step, self.durable_step)
 
     def _wait_for_saves(self) -> None:
         try:
