@@ -13,7 +13,9 @@ Three rows per case, run interleaved (one child process per block, modes in turn
 Stores: a local folder, moto's server and ``rclone serve s3`` (both on loopback, on the
 same 2 cores as the loop). Reported per generation: mean time between the starts of
 consecutive generations (each interval holds one generation's work and one checkpoint),
-its ratio to ``none``, the end-of-run cost (final flush), and the child's peak RSS.
+its ratio to ``none`` (per repeat, against the ``none`` block run beside it; the median of
+the repeats, with their min and max, and the pooled ratio of all generations), the
+end-of-run cost (final flush), and the child's peak RSS.
 The size ``tiny`` is a 4 KiB population: what the decorator costs when the state costs
 nothing to copy.
 
@@ -52,7 +54,7 @@ import _common
 NAME = "overhead"
 MODES = ("none", "snippet", "checkpointed")
 GENES = 128  # columns of the population; rows follow from the size
-TARGETS_RCLONE = {1: 1.05, 16: 1.10, 64: 1.40}  # MiB -> max ratio to none
+TARGETS_RCLONE = {1: 1.05, 16: 1.10, 64: 1.30}  # MiB -> max ratio to none (64: issue 13)
 TINY_MIB = 4096 / (1024 * 1024)  # --sizes tiny: 4 rows of GENES float64
 DEAP_MODES = ("none", "every=10", "every=generation")
 DEAP_TARGET_EVERY10 = 1.06  # ratio to none; for every=generation: 1 + pickle/gen + 0.03
@@ -443,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                       and b["mode"] == mode]
                 intervals = [x for b in bs for x in b["intervals"]]
                 per_block = [statistics.mean(b["intervals"]) for b in bs]
+                by_repeat = {b["repeat"]: statistics.mean(b["intervals"]) for b in bs}
                 row = {
                     "store": s, "size_mib": mib, "mode": mode,
                     "generations_measured": len(intervals),
@@ -456,10 +459,18 @@ def main(argv: list[str] | None = None) -> int:
                 row["loop_cpu_ms"] = 1000 * statistics.median(b["loop_cpu_seconds"] for b in bs)
                 row["process_cpu_ms"] = 1000 * statistics.median(
                     b["process_cpu_seconds"] for b in bs)
+                row["_by_repeat"] = by_repeat
                 if mode == "none":
                     base = row
                 assert base is not None
-                row["ratio"] = row["ms_per_generation"] / base["ms_per_generation"]
+                # The ratio per repeat, each block against the baseline block of the same
+                # repeat (run next to it), and their median: one slow block cannot move
+                # it. The pooled ratio (all generations' mean over none's) is kept beside.
+                ratios = [by_repeat[k] / base["_by_repeat"][k] for k in sorted(by_repeat)]
+                row["ratios"] = ratios
+                row["ratio"] = statistics.median(ratios)
+                row["ratio_min"], row["ratio_max"] = min(ratios), max(ratios)
+                row["ratio_pooled"] = row["ms_per_generation"] / base["ms_per_generation"]
                 row["loop_cpu_ratio"] = row["loop_cpu_ms"] / base["loop_cpu_ms"]
                 row["process_cpu_ratio"] = row["process_cpu_ms"] / base["process_cpu_ms"]
                 row["extra_rss_mib"] = row["peak_rss_mib"] - base["peak_rss_mib"]
@@ -468,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                     row["target_ratio"] = target
                     row["meets_target"] = row["ratio"] <= target
                 cases.append(row)
+        for row in cases:
+            row.pop("_by_repeat", None)
 
     deap_cases = deap_rows(deap_blocks, deap_calib, work_ms)
     payload = {
@@ -495,16 +508,21 @@ def main(argv: list[str] | None = None) -> int:
             target = f"<= {r['target_ratio']:.2f} " + ("met" if r["meets_target"] else
                                                        "**missed**")
         table.append([r["store"], size_label(r["size_mib"]), r["mode"],
-                      f"{r['ms_per_generation']:.1f}", f"{r['ratio']:.3f}", target,
+                      f"{r['ms_per_generation']:.1f}",
+                      f"{r['ratio']:.3f} ({r['ratio_min']:.3f}-{r['ratio_max']:.3f})",
+                      f"{r['ratio_pooled']:.3f}", target,
                       f"{r['loop_cpu_ratio']:.3f} / {r['process_cpu_ratio']:.3f}",
                       f"{r['end_ms']:.0f}", f"{r['peak_rss_mib']:.0f}",
                       f"{r['extra_rss_mib']:+.0f}"])
     print(_common.markdown_table(
-        ["store", "state", "mode", "ms / generation", "ratio to none", "target",
+        ["store", "state", "mode", "ms / generation", "ratio to none: median of repeats "
+         "(min-max)", "pooled ratio", "target",
          "CPU ratio: loop thread / process", "end of run (ms)", "peak RSS (MiB)",
          "RSS vs none (MiB)"], table))
     print("\nms / generation: mean time from one generation's start to the next one's, "
-          "so each holds one generation and one checkpoint; end of run: from the last "
+          "so each holds one generation and one checkpoint; ratio: per repeat, the block's "
+          "mean over the none block of the same repeat, median (min-max) of the repeats; "
+          "pooled: every generation's mean over none's; end of run: from the last "
           "generation to the call's return (final save, flush). CPU ratio: CPU time per "
           "generation over none's, of the loop's thread and of the whole process (uploads "
           "included); a loaded machine inflates wall time, much less CPU time.")

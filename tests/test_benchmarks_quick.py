@@ -96,6 +96,9 @@ def test_overhead_quick(tmp_path: Path) -> None:
         assert c["mode"] in ("none", "snippet", "checkpointed")
         assert finite(c["ms_per_generation"]) and finite(c["ratio"])
         assert finite(c["peak_rss_mib"])
+        # the ratio is the median of the repeats' ratios, each against its own none block
+        assert c["ratio_min"] <= c["ratio"] <= c["ratio_max"]
+        assert len(c["ratios"]) == doc["config"]["repeats"] and finite(c["ratio_pooled"])
     assert any(c["size_mib"] < 0.01 for c in doc["cases"])  # the tiny-state row
     deap = {c["mode"]: c for c in doc["deap_cases"]}
     assert set(deap) == {"none", "every=10", "every=generation"}
