@@ -20,7 +20,15 @@ from typing import Any
 
 from ._errors import ConfigurationError, RunMismatchError
 from ._run import CALL, IDENTITY, Checkpoint, Run
-from ._runid import code_fingerprint, derive_run_id, encode_arguments, encode_value, fixed_run_id
+from ._runid import (
+    ENCODING,
+    code_fingerprint,
+    derive_run_id,
+    encode_arguments,
+    encode_value,
+    encode_value_and_legacy,
+    fixed_run_id,
+)
 
 log = logging.getLogger("resumable")
 
@@ -38,10 +46,14 @@ class CallIdentity:
     ignored: dict[str, str] = field(default_factory=dict)  # ignored argument -> hash
     ignored_shown: dict[str, str] = field(default_factory=dict)
     code: str = ""  # hash of the decorated function's code
+    # identifying argument -> its hash as versions before ENCODING 2 computed it (paths
+    # were tuples), where that differs: a run they started under a fixed id resumes
+    legacy: dict[str, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {"function": self.function, "version": self.version,
-                "arguments": self.arguments, "shown": self.shown, "created": time.time()}
+                "arguments": self.arguments, "shown": self.shown, "created": time.time(),
+                "encoding": ENCODING}
 
 
 def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
@@ -57,7 +69,11 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
     else:
         # A fixed id never needed the arguments' values: one without a stable value
         # is compared by its type, as before, instead of failing.
-        hashes = {k: _lenient_hash(k, v) for k, v in identifying.items()}
+        hashes, legacy = {}, {}
+        for k, v in identifying.items():
+            hashes[k], old = _lenient_hashes(k, v)
+            if old is not None:
+                legacy[k] = old
         rid = fixed
     ignored = {k: v for k, v in arguments.items() if k in ignore}
     return CallIdentity(
@@ -67,6 +83,7 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
         ignored={k: _lenient_hash(k, v) for k, v in ignored.items()},
         ignored_shown={k: _show(v) for k, v in ignored.items()},
         code=code_fingerprint(func),
+        legacy=legacy if fixed is not None else {},
     )
 
 
@@ -79,6 +96,15 @@ def _lenient_hash(name: str, value: Any) -> str:
         return _hash(encode_value(value, name))
     except ConfigurationError:
         return f"type:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _lenient_hashes(name: str, value: Any) -> tuple[str, str | None]:
+    """``_lenient_hash``, and the hash under ENCODING 1 where it differs (else None)."""
+    try:
+        data, legacy = encode_value_and_legacy(value, name)
+    except ConfigurationError:
+        return f"type:{type(value).__module__}.{type(value).__qualname__}", None
+    return _hash(data), (_hash(legacy) if legacy is not None else None)
 
 
 def _show(value: Any) -> str:
@@ -112,7 +138,11 @@ def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
     theirs: dict[str, str] = recorded.get("arguments") or {}
     shown: dict[str, str] = recorded.get("shown") or {}
     names = sorted((set(theirs) | set(ident.arguments)) - set(ignore))
-    differ = [n for n in names if theirs.get(n) != ident.arguments.get(n)]
+    # A record without "encoding" was written before paths had tags of their own: its
+    # hash of an argument holding a path is the old one (a fixed run id kept the run).
+    old = ident.legacy if "encoding" not in recorded else {}
+    differ = [n for n in names if theirs.get(n) != ident.arguments.get(n)
+              and (n not in old or theirs.get(n) != old[n])]
     parts = [f"{n!r} ({shown.get(n, 'absent')} in the run, "
              f"{ident.shown.get(n, 'absent')} in this call)" for n in differ]
     if recorded.get("version") != ident.version:

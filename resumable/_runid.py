@@ -17,7 +17,7 @@ import struct
 import sys
 import types
 from collections.abc import Callable, Mapping
-from pathlib import PurePath
+from pathlib import PurePath, PureWindowsPath
 from typing import Any, NoReturn
 
 from . import _settings
@@ -56,6 +56,9 @@ def validate_run_id(run_id: str, source: str = "run_id") -> str:
 
 
 _MAX_DEPTH = 100
+# The version of the encoding, kept in a run's identity record. 2: paths have tags of
+# their own (before, a path was the tuple ("path", str(path))).
+ENCODING = 2
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _FAST = frozenset(_ATOMS)
 
@@ -68,8 +71,10 @@ class _Encoder:
     where a value sits in the call (``self.rng``, ``fitness.__closure__[0]``), for errors.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, legacy_paths: bool = False) -> None:
         self._active: dict[int, int] = {}  # id of a container on the current path -> depth
+        self.legacy_paths = legacy_paths  # encode paths as encoding 1 did (old records)
+        self.paths = 0  # how many paths were encoded
 
     def encode(self, obj: Any, path: str) -> bytes:
         out = bytearray()
@@ -105,8 +110,17 @@ class _Encoder:
         tag = type(obj).__qualname__
         np = sys.modules.get("numpy")
         if isinstance(obj, PurePath):  # a tag of its own: not the tuple ("path", str)
-            out += b"path:"
-            _atom(str(obj), out)
+            self.paths += 1
+            if self.legacy_paths:
+                enc(("path", str(obj)), out, path, depth)
+            elif isinstance(obj, PureWindowsPath):
+                # Not PurePosixPath('a\\b') (whose str is that of PureWindowsPath('a/b')),
+                # and equal as Windows compares paths: without regard to case.
+                out += b"winpath:"
+                _atom(str(obj).lower(), out)
+            else:
+                out += b"path:"
+                _atom(str(obj), out)
         elif isinstance(obj, (list, tuple)):
             out += f"{tag}:{len(obj)}[".encode()
             for i, item in enumerate(obj):
@@ -375,6 +389,16 @@ def _rng_state(obj: Any) -> Any:
 def encode_value(value: Any, path: str) -> bytes:
     """The canonical encoding of one value; ``path`` names it in errors."""
     return _Encoder().encode(value, path)
+
+
+def encode_value_and_legacy(value: Any, path: str) -> tuple[bytes, bytes | None]:
+    """The encoding of ``value``, and the one before paths had tags of their own
+    (ENCODING 1) when ``value`` holds a path, else None: to check older records."""
+    enc = _Encoder()
+    data = enc.encode(value, path)
+    if not enc.paths:
+        return data, None
+    return data, _Encoder(legacy_paths=True).encode(value, path)
 
 
 def fingerprint(value: Any, path: str) -> str:

@@ -267,6 +267,75 @@ def test_a_path_is_not_the_tuple_that_spells_it() -> None:
     assert rid(Path("/data/x")) != rid("/data/x")
 
 
+
+def test_a_windows_path_is_not_the_posix_path_with_its_str() -> None:
+    """PureWindowsPath('a/b') and PurePosixPath('a\\b') print alike ('a\\b') but differ;
+    Windows paths that compare equal (case aside) are one run."""
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    assert PureWindowsPath("a/b") != PurePosixPath("a\\b")
+    assert rid(PureWindowsPath("a/b")) != rid(PurePosixPath("a\\b"))
+    assert rid(PureWindowsPath("C:/x")) != rid(PurePosixPath("C:\\x"))
+    assert PureWindowsPath("C:/Data/x") == PureWindowsPath("c:/data/X")
+    assert rid(PureWindowsPath("C:/Data/x")) == rid(PureWindowsPath("c:/data/X"))
+    assert rid(PureWindowsPath("C:/x")) != rid(PureWindowsPath("C:/y"))
+
+
+# The identity hash versions before 4b5de1a wrote for Path("/data/set"), computed by them
+# (they encoded a path as the tuple ("path", str(path))).
+_OLD_PATH_HASH = "d0dd0ec6f12b5961"
+
+
+def _age_identity_record(url: str, run_id: str, data_hash: str) -> None:
+    """Make the run's identity record one that versions before 4b5de1a wrote."""
+    from resumable import _format
+
+    store = open_store(url)
+    key = f"{run_id}/identity"
+    raw = store.get(key)
+    assert raw is not None
+    got = _format.decode(raw, kind="identity", name=key)
+    record = json.loads(bytes(got.frames[0]))
+    record.pop("encoding", None)
+    record["arguments"]["data"] = data_hash
+    store.put(key, _format.encode(
+        [json.dumps(record, sort_keys=True).encode()], kind="identity", serializer="raw",
+        epoch=got.header.epoch, created=got.header.created, name=key))
+
+
+def test_a_fixed_run_started_before_paths_had_tags_resumes(tmp_path: Path) -> None:
+    """run_id= and a Path argument: a run recorded by the older encoding (no "encoding" in
+    its identity record) still matches the same call, and only that call."""
+    url = str(tmp_path / "store")
+    crashed: list[int] = []
+
+    @checkpointed(store=url, run_id="job-path")
+    def train(data: Path, n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+            if state == 2 and not crashed:
+                crashed.append(state)
+                raise RuntimeError("the pod died")
+        return state
+
+    with pytest.raises(RuntimeError):
+        train(Path("/data/set"), 4)
+    _age_identity_record(url, "job-path", _OLD_PATH_HASH)
+    with pytest.raises(RunMismatchError, match="'data'"):
+        train(Path("/data/other"), 4)
+    assert train(Path("/data/set"), 4) == 4  # was: RunMismatchError, 'data' differs
+    # a record of this version holds the new hash: the tuple that spells the path (whose
+    # hash is the old one) is another call
+    store = open_store(url)
+    for key in store.list("job-path/"):
+        store.delete(key)
+    assert train(Path("/data/set"), 4) == 4
+    with pytest.raises(RunMismatchError, match="'data'"):
+        train(("path", "/data/set"), 4)
+
+
 _SERVER = """
 import struct, sys
 import cloudpickle
