@@ -56,7 +56,9 @@ MODES = ("none", "snippet", "checkpointed")
 GENES = 128  # columns of the population; rows follow from the size
 TARGETS_RCLONE = {1: 1.05, 16: 1.10, 64: 1.30}  # MiB -> max ratio to none (64: issue 13)
 TINY_MIB = 4096 / (1024 * 1024)  # --sizes tiny: 4 rows of GENES float64
-DEAP_MODES = ("none", "every=10", "every=generation")
+# "fork": with RESUMABLE_SNAPSHOT_FORK=1 (a forked child pickles the population)
+DEAP_MODES = ("none", "every=10", "every=generation", "every=10 fork",
+              "every=generation fork")
 DEAP_TARGET_EVERY10 = 1.06  # ratio to none; for every=generation: 1 + pickle/gen + 0.03
 DEAP_SLACK = 0.03
 
@@ -260,7 +262,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     elif mode == "checkpointed" or mode.startswith("every="):
         from resumable import checkpointed
 
-        every: Any = mode.removeprefix("every=") if mode != "checkpointed" else "generation"
+        every: Any = (mode.removeprefix("every=").removesuffix(" fork")
+                      if mode != "checkpointed" else "generation")
         every = int(every) if every.isdigit() else every
         f = checkpointed(every=every, store=store, run_id=spec["key"],
                          keep=None if deap else 3)(body)
@@ -557,7 +560,8 @@ def run_deap(tmp: str, individuals: int, gens: int, repeats: int,
             spec = {"kind": "deap", "mode": mode, "store": store, "size_bytes": 0,
                     "individuals": individuals, "genes": 100, "gens": gens, "seed": rep,
                     "key": f"d-{uuid.uuid4().hex[:12]}", "fill_units": calib["fill_units"]}
-            r = run_child(spec, {})
+            r = run_child(spec, {"RESUMABLE_SNAPSHOT_FORK": "1"} if mode.endswith(" fork")
+                          else {})
             r.update({"store": "local", "mode": mode, "repeat": rep})
             blocks.append(r)
             print(f"  deap   {individuals:>8} {mode:16} "
@@ -601,9 +605,9 @@ def deap_rows(blocks: list[dict[str, Any]], calib: dict[str, Any],
             lags = [x for b in bs for x in (b["lag"] or [])]
             row["lag_median"] = statistics.median(lags) if lags else None
             row["lag_max"] = max(lags) if lags else None
-        if mode == "every=10":
+        if mode.startswith("every=10"):
             row["target_ratio"] = DEAP_TARGET_EVERY10
-        elif mode == "every=generation":
+        elif mode.startswith("every=generation"):
             row["target_ratio"] = statistics.median(bounds.values())
             row["target_ratio_repeats"] = [bounds[b["repeat"]] for b in bs]
             # met in how many repeats, each against its own bound

@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import random
+import sys
 import threading
 import time
 import weakref
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from . import _identity, _rng, _settings, _signals
+from . import _forked, _identity, _rng, _settings, _signals
 from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
@@ -310,6 +311,15 @@ class _Execution:
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _settings.SNAPSHOT_LIMIT.read()
         self.copies = _settings.SNAPSHOT_COPIES.read()
+        # $RESUMABLE_SNAPSHOT_FORK: due yields fork a child that serializes the state. The
+        # first snapshot of a call is taken here (a state that cannot be serialized fails
+        # at its yield, as without the setting), and so are the final ones.
+        self.fork = _settings.SNAPSHOT_FORK.read()
+        if self.fork and not _forked.available():
+            raise ConfigurationError(
+                f"run {run.where()}: $RESUMABLE_SNAPSHOT_FORK=1 needs os.fork, which "
+                f"{sys.platform} does not have; unset it")
+        self.fork_checked = False
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
         self.timed = isinstance(self.opts.every, EverySeconds)
@@ -373,6 +383,16 @@ class _Execution:
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
             self.last_snap = previous = None
+        if self.fork and self.fork_checked and not (force or self.terminate):
+            # A save still waiting is taken back first (its child ended): at most two
+            # children, the one uploading and this one.
+            self.uploader.drop_waiting()
+            snap = self.run.snapshot_forked(state, step, rng, self.pool)
+            if previous is not None:
+                previous.release()
+            self.last_snap = snap
+            self._save(snap)
+            return
 
         def make_room() -> bool:
             # Once the state has serialized: a save still waiting is taken back (this
@@ -393,6 +413,7 @@ class _Execution:
             raise
         finally:
             self.pool.make_room = None
+        self.fork_checked = True
         if previous is not None:
             previous.release()
         if snap.in_place:

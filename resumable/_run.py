@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import _format, _rng
+from . import _forked, _format, _rng
 from ._aligned import aligned_copy
 from ._errors import (
     CheckpointCorruptError,
@@ -104,6 +104,27 @@ class Snapshot:
     in_place: bool = False  # frames are views of the live state (see Run.snapshot)
     size: int = 0  # bytes in the state's out-of-band buffers
     rng: Any = None  # pickled into frames[0] only when written or restored
+    # A child serializing the state ($RESUMABLE_SNAPSHOT_FORK): frames[1:] come from it
+    forked: _forked.Forked | None = None
+    failed: BaseException | None = None  # what reading them raised
+
+    def materialize(self) -> None:
+        """Read a forked child's frames (once; every later call sees the same outcome)."""
+        with _materialize_lock:
+            if self.failed is not None:
+                raise self.failed
+            child = self.forked
+            if child is None:
+                return
+            try:
+                frames = child.collect(self.pool.take if self.pool is not None else None)
+            except BaseException as err:
+                self.failed = err
+                raise
+            finally:
+                self.forked = None
+            self.frames[1:] = frames
+            self.size = sum(memoryview(f).nbytes for f in frames[1:])
 
     def rng_frame(self) -> Buffer:
         # Pickling the RNG state (625 ints for `random`) costs more than the rest of a small
@@ -123,6 +144,10 @@ class Snapshot:
                 raise RuntimeError(f"snapshot of step {self.step} released more than held")
             if self.holders:
                 return
+            child, self.forked = self.forked, None
+        if child is not None:  # never read: its child is not needed any more
+            child.cancel()
+        with _pool_lock:
             if self.pool is None:
                 if self.in_place:  # drop the views so the live state's memory can go
                     self.frames = []
@@ -131,6 +156,7 @@ class Snapshot:
 
 
 _pool_lock = threading.Lock()
+_materialize_lock = threading.Lock()
 
 
 class BufferPool:
@@ -629,7 +655,17 @@ class Run:
         return Snapshot(step=step, frames=[b"", *frames], rng=rng, created=time.time(),
                         pool=None if in_place else pool, in_place=in_place, size=size)
 
+    def snapshot_forked(self, state: Any, step: int, rng: _rng.RngState | None,
+                        pool: BufferPool | None) -> Snapshot:
+        """Like ``snapshot``, serialized by a forked child (see ``_forked``)."""
+        what = f"the state yielded at step {step} of run {self.where()}"
+        serializer = self.serializer
+        child = _forked.Forked(lambda: dumps_views(serializer, state, what), what)
+        return Snapshot(step=step, frames=[b""], rng=rng, created=time.time(), pool=pool,
+                        forked=child)
+
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
+        snap.materialize()
         snap.rng_frame()
         # Private, aligned copies of the out-of-band buffers: the snapshot's go back to
         # the pool and get overwritten. The pickle streams are only read.
@@ -642,6 +678,7 @@ class Run:
         self.check_fenced()
         name = ckpt_name(self.epoch, snap.step)
         started = time.perf_counter()
+        snap.materialize()
         snap.rng_frame()
         payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
                                snap.created)

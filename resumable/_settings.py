@@ -167,6 +167,13 @@ SNAPSHOT_COPIES = Setting(
     "storage); `1` waits at that yield instead (memory: the state plus one copy; the loop "
     "runs at the storage's pace when that is slower)",
     _copies, "1 or 2")
+SNAPSHOT_FORK = Setting(
+    "RESUMABLE_SNAPSHOT_FORK", False, "0",
+    "`1`: a due yield forks a child that pickles the state (copy-on-write) and hands it "
+    "to the upload; the loop pays the fork (a few ms), not the pickling: for states of "
+    "many Python objects (a DEAP population). Linux and macOS; not with CUDA or other "
+    "state that does not survive a fork",
+    _flag, "1 or 0 (or true/false, yes/no, on/off)")
 RESTART_BACKOFF = Setting(
     "RESUMABLE_RESTART_BACKOFF", 0.0, "none",
     "seconds before the first in-process restart of a generation, doubling (max 60 s)",
@@ -193,6 +200,7 @@ MIGRATION_TIMEOUT = Setting(
 
 SETTINGS: tuple[Setting[Any], ...] = (
     STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, SNAPSHOT_COPIES,
+    SNAPSHOT_FORK,
     RESTART_BACKOFF,
     RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT,
 )

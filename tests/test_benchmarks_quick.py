@@ -101,7 +101,8 @@ def test_overhead_quick(tmp_path: Path) -> None:
         assert len(c["ratios"]) == doc["config"]["repeats"] and finite(c["ratio_pooled"])
     assert any(c["size_mib"] < 0.01 for c in doc["cases"])  # the tiny-state row
     deap = {c["mode"]: c for c in doc["deap_cases"]}
-    assert set(deap) == {"none", "every=10", "every=generation"}
+    assert set(deap) == {"none", "every=10", "every=generation", "every=10 fork",
+                         "every=generation fork"}
     for mode, c in deap.items():
         assert finite(c["ratio"]) and finite(c["pickle_ms"]) and c["pickle_ms"] > 0
         if mode != "none":

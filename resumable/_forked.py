@@ -1,0 +1,210 @@
+"""Snapshots serialized by a forked child: the loop pays a fork, not the pickling.
+
+A state of many Python objects (a DEAP population: 10,000 lists of floats) takes the
+loop 100 ms and more to pickle at every due yield. With ``$RESUMABLE_SNAPSHOT_FORK=1``
+the yield forks instead (a few ms): the child sees the state as it was at the yield
+(copy-on-write: pages the loop changes afterwards are copied for the loop, the child
+keeps the old ones), pickles it and sends the frames through a pipe; the upload
+thread reads them into buffers and saves them as any snapshot.
+
+The child only serializes and writes to its pipe, then leaves with ``os._exit``: it
+never touches the locks other threads of the parent may hold (the uploader's, boto3's),
+never logs, never runs exit handlers. It ignores SIGTERM and SIGINT (the parent decides
+what happens to the run) and dies with the parent (``PR_SET_PDEATHSIG``), so a SIGKILL
+of the pod's process leaves no child behind. A snapshot replaced before its upload
+began kills its child. A serialization error in the child reaches the parent as the
+same ``SerializationError`` text the loop would have raised, one save later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import struct
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import ConfigurationError, SerializationError
+
+_OK, _ERR = b"K", b"E"
+_U64 = struct.Struct("<Q")
+_PR_SET_PDEATHSIG = 1
+_BLOCKED = {signal.SIGTERM, signal.SIGINT}
+
+try:
+    _libc: Any = ctypes.CDLL(None, use_errno=True)
+    _prctl = _libc.prctl
+except (OSError, AttributeError):  # not Linux: no parent-death signal
+    _prctl = None
+
+
+def available() -> bool:
+    return hasattr(os, "fork") and sys.platform != "win32"
+
+
+def _write_all(fd: int, data: Any) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _readinto_exact(fd: int, buf: Any) -> None:
+    view = memoryview(buf).cast("B")
+    while view:
+        n = os.readv(fd, [view])
+        if not n:
+            raise EOFError
+        view = view[n:]
+
+
+class Forked:
+    """A child serializing one state; ``collect`` gets its frames, ``cancel`` ends it."""
+
+    def __init__(self, serialize: Callable[[], list[Any]], what: str) -> None:
+        self.what = what
+        parent = os.getpid()
+        r, w = os.pipe()
+        # Blocked across the fork, so that no SIGTERM runs the parent's handler in the
+        # child before it ignores them; the parent's arrive when the mask is restored.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        try:
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of fork with threads: the child touches no lock of
+                # theirs.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(r)
+            os.close(w)
+            raise
+        if pid == 0:  # the child: serialize, write, leave
+            code = 1
+            try:
+                os.close(r)
+                with contextlib.suppress(ValueError, OSError):
+                    signal.set_wakeup_fd(-1)  # the parent's relay pipe is not ours
+                for signum in _BLOCKED:
+                    with contextlib.suppress(ValueError, OSError):
+                        signal.signal(signum, signal.SIG_IGN)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                if _prctl is not None:
+                    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != parent:  # the parent died before prctl
+                    os._exit(1)
+                try:
+                    frames = serialize()
+                except BaseException as err:  # sent to the parent
+                    kind = b"C" if isinstance(err, ConfigurationError) else b"S"
+                    text = (str(err) if isinstance(err, (SerializationError,
+                                                         ConfigurationError))
+                            else f"{type(err).__name__}: {err}").encode("utf-8", "replace")
+                    _write_all(w, _ERR + kind + _U64.pack(len(text)) + text)
+                    code = 0
+                else:
+                    views = [memoryview(f).cast("B") for f in frames]
+                    head = _OK + _U64.pack(len(views))
+                    head += b"".join(_U64.pack(v.nbytes) for v in views)
+                    _write_all(w, head)
+                    for v in views:
+                        _write_all(w, v)
+                    code = 0
+            finally:
+                os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(w)
+        self.pid: int | None = pid
+        self.fd: int | None = r
+        self._lock = threading.Lock()
+
+    def collect(self, take: Callable[[int], Any] | None) -> list[Any]:
+        """Read the child's frames (the first is the pickle stream, as bytes; the others
+        into ``take(n)`` buffers), then reap it. Raises what the child's serialization
+        raised; ``SerializationError`` if the child died without a word."""
+        with self._lock:
+            fd = self.fd
+            if fd is None:
+                raise SerializationError(f"{self.what}: its snapshot was cancelled")
+            try:
+                try:
+                    tag = _read_exact(fd, 1)
+                    if tag == _ERR:
+                        kind = _read_exact(fd, 1)
+                        text = _read_exact(fd, _U64.unpack(_read_exact(fd, 8))[0])
+                        cls = ConfigurationError if kind == b"C" else SerializationError
+                        raise cls(text.decode("utf-8", "replace"))
+                    (n,) = _U64.unpack(_read_exact(fd, 8))
+                    sizes = [_U64.unpack(_read_exact(fd, 8))[0] for _ in range(n)]
+                    frames: list[Any] = []
+                    for i, size in enumerate(sizes):
+                        buf = take(size) if (take is not None and i) else bytearray(size)
+                        _readinto_exact(fd, buf)
+                        frames.append(buf)
+                    return frames
+                except EOFError:
+                    status = self._reap()
+                    raise SerializationError(
+                        f"{self.what}: the child process serializing it ended without "
+                        f"sending it ({_describe(status)}); set RESUMABLE_SNAPSHOT_FORK=0 to "
+                        "serialize on the loop's thread and see the error there") from None
+            finally:
+                self._close()
+                self._reap()
+
+    def cancel(self) -> None:
+        """The snapshot is no longer wanted: end the child (if still running)."""
+        with self._lock:
+            if self.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            self._close()
+            self._reap()
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+    def _reap(self) -> int | None:
+        pid, self.pid = self.pid, None
+        if pid is None:
+            return None
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:  # reaped by someone else (a SIGCHLD handler)
+            return None
+
+    def __del__(self) -> None:
+        # A snapshot dropped without release (an error path): no zombie, no open fd.
+        with contextlib.suppress(Exception):
+            if self.pid is not None or self.fd is not None:
+                self.cancel()
+
+
+def _describe(status: int | None) -> str:
+    if status is None:
+        return "status unknown"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(sig).name}"
+        return f"killed by signal {sig}"
+    return f"exit status {os.WEXITSTATUS(status)}"
