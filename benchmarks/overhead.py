@@ -22,9 +22,10 @@ nothing to copy.
 A second table has an object-heavy state, as a DEAP GA keeps it: 10,000 DEAP
 individuals (``creator.Individual``, a list of 100 floats with a fitness) -- about 36 ms
 to pickle -- in ~100 ms generations, on a local folder, with ``every=10`` and
-``every="generation"`` beside ``none``. For ``every="generation"`` the loop cannot pay
-less than its own snapshot (a pickle on its thread), hence the bound
-``1 + pickle / generation + 0.03``. Lag: at each yield, how many generations the newest
+``every="generation"`` beside ``none``, each also with ``RESUMABLE_SNAPSHOT_FORK=1``
+(``every=10 fork``, ``every=generation fork``: a forked child pickles the population).
+For ``every="generation"`` the loop cannot pay less than its own snapshot (a pickle on
+its thread, unless forked), hence the bound ``1 + pickle / generation + 0.03``. Lag: at each yield, how many generations the newest
 durable checkpoint is behind (from the checkpoint files' modification times; these rows
 use ``keep=None`` so that every checkpoint stays to be timed).
 
