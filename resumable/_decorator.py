@@ -387,12 +387,19 @@ class _Execution:
             # A save still waiting is taken back first (its child ended): at most two
             # children, the one uploading and this one.
             self.uploader.drop_waiting()
-            snap = self.run.snapshot_forked(state, step, rng, self.pool)
-            if previous is not None:
-                previous.release()
-            self.last_snap = snap
-            self._save(snap)
-            return
+            try:
+                snap = self.run.snapshot_forked(state, step, rng, self.pool)
+            except OSError as err:  # no process or memory left for a child (EAGAIN)
+                log.warning("run %s: could not fork a child to snapshot step %d (%s); "
+                            "snapshots are taken on the loop's thread from now on",
+                            self.run.where(), step, err)
+                self.fork = False
+            else:
+                if previous is not None:
+                    previous.release()
+                self.last_snap = snap
+                self._save(snap)
+                return
 
         def make_room() -> bool:
             # Once the state has serialized: a save still waiting is taken back (this

@@ -326,3 +326,54 @@ def test_a_group_sigterm_saves_the_next_yield_and_leaves_no_process(tmp_path: Pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+
+_NO_FDS_LEFT = """
+import glob, os, time
+from resumable import checkpointed
+
+held = []
+
+@checkpointed(store={store!r}, run_id="n", every=1)
+def f(*, state=None):
+    state = state or {{"i": 0, "pop": [[0.0] * 10 for _ in range(100)]}}
+    while state["i"] < 5:
+        state["i"] += 1
+        state["pop"][0][0] = float(state["i"])
+        if state["i"] == 2:
+            # the first snapshot (in process) is saved; then every descriptor but one is
+            # taken, so the fork's pipe (two) cannot be made: a real EMFILE
+            deadline = time.monotonic() + 60
+            while not glob.glob(os.path.join({store!r}, "n", "ckpt-*-000000000001")):
+                assert time.monotonic() < deadline, "the first save never came"
+                time.sleep(0.01)
+            try:
+                while True:
+                    held.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                os.close(held.pop())
+        yield state
+        while held:
+            os.close(held.pop())
+    return state["pop"][0][0]
+
+print("result", f(), flush=True)
+"""
+
+
+def test_a_fork_that_fails_falls_back_to_the_loops_thread(tmp_path: Path) -> None:
+    """No descriptors left for the child's pipe: the run goes on with snapshots taken
+    in process, says so once, and ends with every state saved."""
+    store = tmp_path / "s"
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(_NO_FDS_LEFT.format(store=str(store))))
+    proc = subprocess.run(["bash", "-c", f"ulimit -n 64 && exec {sys.executable} {script}"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                   RESUMABLE_SNAPSHOT_FORK="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "result 5.0" in proc.stdout
+    assert proc.stderr.count("could not fork a child to snapshot step 2") == 1, proc.stderr
+    latest = Run(open_store(str(store)), "n").load_latest()
+    assert latest is not None and latest.step == 5 and latest.state["pop"][0][0] == 5.0
