@@ -9,11 +9,12 @@ thread reads them into buffers and saves them as any snapshot.
 
 The child only serializes and writes to its pipe, then leaves with ``os._exit``: it
 never touches the locks other threads of the parent may hold (the uploader's, boto3's),
-never logs, never runs exit handlers. It ignores SIGTERM and SIGINT (the parent decides
-what happens to the run) and dies with the parent (``PR_SET_PDEATHSIG``), so a SIGKILL
-of the pod's process leaves no child behind. A snapshot replaced before its upload
-began kills its child. A serialization error in the child reaches the parent as the
-same ``SerializationError`` text the loop would have raised, one save later.
+never logs, never runs exit handlers. It blocks every signal but SIGKILL, so it runs
+none of the parent's handlers (the parent decides what happens to the run) and dies
+with the parent (``PR_SET_PDEATHSIG``), so a SIGKILL of the pod's process leaves no
+child behind. A snapshot replaced before its upload began kills its child. A
+serialization error in the child reaches the parent as the same ``SerializationError``
+text the loop would have raised, one save later.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from ._errors import ConfigurationError, SerializationError
 _OK, _ERR = b"K", b"E"
 _U64 = struct.Struct("<Q")
 _PR_SET_PDEATHSIG = 1
-_BLOCKED = {signal.SIGTERM, signal.SIGINT}
+# Blocked across the fork, and for good in the child: it runs none of the parent's
+# Python handlers (a SIGUSR1 preemption notice or SIGHUP sent to the process group while
+# it pickles), SIGTERM and SIGINT included; SIGKILL (cancel, PDEATHSIG) still ends it.
+_BLOCKED = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
 
 try:
     _libc: Any = ctypes.CDLL(None, use_errno=True)
@@ -81,8 +85,8 @@ class Forked:
         self.what = what
         parent = os.getpid()
         r, w = os.pipe()
-        # Blocked across the fork, so that no SIGTERM runs the parent's handler in the
-        # child before it ignores them; the parent's arrive when the mask is restored.
+        # Blocked across the fork (see _BLOCKED); the parent's arrive when the mask is
+        # restored.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
         try:
             with warnings.catch_warnings():
@@ -101,10 +105,10 @@ class Forked:
                 os.close(r)
                 with contextlib.suppress(ValueError, OSError):
                     signal.set_wakeup_fd(-1)  # the parent's relay pipe is not ours
-                for signum in _BLOCKED:
+                for signum in (signal.SIGTERM, signal.SIGINT):
                     with contextlib.suppress(ValueError, OSError):
                         signal.signal(signum, signal.SIG_IGN)
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                # the mask stays: a signal of the group waits, blocked, until os._exit
                 if _prctl is not None:
                     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 if os.getppid() != parent:  # the parent died before prctl

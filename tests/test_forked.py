@@ -377,3 +377,64 @@ def test_a_fork_that_fails_falls_back_to_the_loops_thread(tmp_path: Path) -> Non
     assert proc.stderr.count("could not fork a child to snapshot step 2") == 1, proc.stderr
     latest = Run(open_store(str(store)), "n").load_latest()
     assert latest is not None and latest.step == 5 and latest.state["pop"][0][0] == 5.0
+
+
+_GROUP_SIGNAL = """
+import os, signal, sys, time
+from resumable import checkpointed
+
+PARENT = os.getpid()
+LOG, STARTED = sys.argv[1], sys.argv[2]
+release_r, release_w = os.pipe()
+
+def on_usr1(signum, frame):  # the application's own handler (a preemption notice)
+    with open(LOG, "a") as fh:
+        fh.write("parent\\n" if os.getpid() == PARENT else "child\\n")
+
+signal.signal(signal.SIGUSR1, on_usr1)
+
+class Held:
+    # The first forked child waits here, in its pickling, until the signal was sent.
+    def __reduce__(self):
+        if os.getpid() != PARENT and not os.path.exists(STARTED):
+            open(STARTED, "w").close()
+            os.read(release_r, 1)
+        return (Held, ())
+
+@checkpointed(store={store!r}, run_id="g", every=1)
+def f(*, state=None):
+    state = state or {{"i": 0}}
+    while state["i"] < 4:
+        state["i"] += 1
+        if state["i"] == 2:
+            state["held"] = Held()
+        yield state
+        if state["i"] == 2:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(STARTED):
+                assert time.monotonic() < deadline, "the forked child never pickled"
+                time.sleep(0.01)
+            os.killpg(0, signal.SIGUSR1)  # pending in the child before it is released
+            os.write(release_w, b"x")
+    return state["i"]
+
+print("result", f(), flush=True)
+"""
+
+
+def test_a_signal_to_the_group_runs_no_handler_of_the_parent_in_the_child(
+        tmp_path: Path) -> None:
+    """A SIGUSR1 sent to the process group while a child pickles runs the application's
+    handler in the parent only (before: also in the child, in the middle of pickling)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(_GROUP_SIGNAL.format(store=str(tmp_path / "s"))))
+    log = tmp_path / "handler.log"
+    proc = subprocess.run([sys.executable, str(script), str(log), str(tmp_path / "started")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          start_new_session=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                   RESUMABLE_SNAPSHOT_FORK="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "result 4" in proc.stdout, proc.stdout
+    assert log.read_text().splitlines() == ["parent"]
+
