@@ -320,6 +320,8 @@ class _Execution:
                 f"run {run.where()}: $RESUMABLE_SNAPSHOT_FORK=1 needs os.fork, which "
                 f"{sys.platform} does not have; unset it")
         self.fork_checked = False
+        self.fork_shared_warned = False
+        self.state_size = 0  # bytes in the out-of-band buffers of the last known snapshot
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
         self.timed = isinstance(self.opts.every, EverySeconds)
@@ -366,6 +368,7 @@ class _Execution:
                                           and self.last_snap.step == step):
             return
         previous = self.last_snap
+        known_size = max(self.state_size, previous.size if previous is not None else 0)
         if (previous is not None and previous.size >= _BIG and self.uploader.busy
                 and not (force or self.terminate) and self.opts.every != _EVERY_YIELD):
             # The previous state is still being uploaded: a copy of this one would be a
@@ -383,12 +386,13 @@ class _Execution:
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
             self.last_snap = previous = None
-        if self.fork and self.fork_checked and not (force or self.terminate):
+        if (self.fork and self.fork_checked and not (force or self.terminate)
+                and self._fork_allowed(known_size)):
             # A save still waiting is taken back first (its child ended): at most two
             # children, the one uploading and this one.
             self.uploader.drop_waiting()
             try:
-                snap = self.run.snapshot_forked(state, step, rng, self.pool)
+                snap = self.run.snapshot_forked(state, step, rng, self.pool, known_size)
             except OSError as err:  # no process or memory left for a child (EAGAIN)
                 log.warning("run %s: could not fork a child to snapshot step %d (%s); "
                             "snapshots are taken on the loop's thread from now on",
@@ -421,6 +425,7 @@ class _Execution:
         finally:
             self.pool.make_room = None
         self.fork_checked = True
+        self.state_size = snap.size
         if previous is not None:
             previous.release()
         if snap.in_place:
@@ -429,6 +434,22 @@ class _Execution:
         else:
             self.last_snap = snap
             self._save(snap)
+
+    def _fork_allowed(self, size: int) -> bool:
+        """Whether this due yield may be snapshotted by a forked child."""
+        if size > self.copy_limit:
+            return False  # saved in place: no copy at all, where a child adds one
+        shared = _forked.shared_writable_mappings()
+        if shared:
+            if not self.fork_shared_warned:
+                self.fork_shared_warned = True
+                log.warning(
+                    "run %s: the process maps shared memory writable (%s); a forked child "
+                    "would see it as the loop changes it, not as it was at the yield, so "
+                    "snapshots are taken on the loop's thread while it is mapped",
+                    self.run.where(), ", ".join(sorted(set(shared))[:3]))
+            return False
+        return True
 
     def _save(self, snap: Snapshot, *, final: bool = False) -> None:
         progress = self.progress

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import struct
 import sys
@@ -48,7 +49,34 @@ except (OSError, AttributeError):  # not Linux: no parent-death signal
 
 
 def available() -> bool:
-    return hasattr(os, "fork") and sys.platform != "win32"
+    """Linux only: the child's death with its parent and the check of shared memory
+    below read Linux interfaces (prctl, /proc/self/maps)."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+# A mapping that is writable and shared (``rw-s``): multiprocessing.shared_memory,
+# np.memmap in r+ mode, torch's share_memory_, multiprocessing's Value/Array arenas.
+# Copy-on-write does not protect it: a child pickling an array on it would see what
+# the loop writes after the yield. POSIX semaphores (a multiprocessing.Lock) hold no
+# state and are left out.
+_SHARED = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ .w.s [^\n]*$", re.M)
+
+
+def shared_writable_mappings() -> list[str]:
+    """What this process maps shared and writable, but semaphores (names for a message)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return ["(/proc/self/maps is unreadable)"]
+    found = []
+    for line in _SHARED.findall(data):
+        if b"/dev/shm/sem." in line:
+            continue
+        fields = line.split(None, 5)
+        found.append(fields[5].decode("utf-8", "replace").strip() if len(fields) > 5
+                     else "(anonymous shared memory)")
+    return found
 
 
 def _write_all(fd: int, data: Any) -> None:
@@ -134,6 +162,11 @@ class Forked:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(w)
+        # A pidfd names this child for good: a SIGKILL from cancel() cannot reach another
+        # process that reused the pid (if the application reaps children itself).
+        self.pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(pid)
         self.pid: int | None = pid
         self.fd: int | None = r
         self._lock = threading.Lock()
@@ -175,7 +208,10 @@ class Forked:
     def cancel(self) -> None:
         """The snapshot is no longer wanted: end the child (if still running)."""
         with self._lock:
-            if self.pid is not None:
+            if self.pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
             self._close()
@@ -189,6 +225,10 @@ class Forked:
 
     def _reap(self) -> int | None:
         pid, self.pid = self.pid, None
+        pidfd, self.pidfd = self.pidfd, None
+        if pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(pidfd)
         if pid is None:
             return None
         try:
@@ -199,7 +239,7 @@ class Forked:
     def __del__(self) -> None:
         # A snapshot dropped without release (an error path): no zombie, no open fd.
         with contextlib.suppress(Exception):
-            if self.pid is not None or self.fd is not None:
+            if self.pid is not None or self.fd is not None or self.pidfd is not None:
                 self.cancel()
 
 

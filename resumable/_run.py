@@ -656,13 +656,14 @@ class Run:
                         pool=None if in_place else pool, in_place=in_place, size=size)
 
     def snapshot_forked(self, state: Any, step: int, rng: _rng.RngState | None,
-                        pool: BufferPool | None) -> Snapshot:
-        """Like ``snapshot``, serialized by a forked child (see ``_forked``)."""
+                        pool: BufferPool | None, size_hint: int = 0) -> Snapshot:
+        """Like ``snapshot``, serialized by a forked child (see ``_forked``). Its size is
+        ``size_hint`` (the last known state's) until its frames are read."""
         what = f"the state yielded at step {step} of run {self.where()}"
         serializer = self.serializer
         child = _forked.Forked(lambda: dumps_views(serializer, state, what), what)
         return Snapshot(step=step, frames=[b""], rng=rng, created=time.time(), pool=pool,
-                        forked=child)
+                        forked=child, size=size_hint)
 
     def restore_snapshot(self, snap: Snapshot) -> tuple[Any, _rng.RngState | None]:
         snap.materialize()

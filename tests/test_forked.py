@@ -438,3 +438,109 @@ def test_a_signal_to_the_group_runs_no_handler_of_the_parent_in_the_child(
     assert "result 4" in proc.stdout, proc.stdout
     assert log.read_text().splitlines() == ["parent"]
 
+
+
+_SHARED_STATE = """
+import glob, os, sys, time
+import numpy as np
+from multiprocessing import shared_memory
+from resumable import checkpointed
+
+STORE = {store!r}
+N = 4 << 20  # 32 MiB of float64: the loop overwrites it while a child would stream it
+shm = shared_memory.SharedMemory(create=True, size=N * 8)
+forks = []
+os.register_at_fork(before=lambda: forks.append(1))
+
+
+class Pop:
+    # holds an array on shared memory (shared with fitness workers, say)
+    def __init__(self, gen):
+        self.gen = gen
+        self.a = np.ndarray((N,), dtype=np.float64, buffer=shm.buf)
+
+    def __reduce__(self):
+        return (_rebuild, (self.gen, self.a))
+
+
+def _rebuild(gen, a):
+    p = Pop.__new__(Pop)
+    p.gen, p.a = gen, a
+    return p
+
+
+@checkpointed(store=STORE, run_id="shm", every=1, keep=None)
+def f(*, state=None):
+    state = state or Pop(0)
+    while state.gen < 6:
+        state.gen += 1
+        state.a[:] = state.gen  # the whole population, in place, right after the yield
+        if state.gen > 2:  # the previous yield's save first, so that none is replaced
+            deadline = time.monotonic() + 60
+            want = os.path.join(STORE, "shm", f"ckpt-*-{{state.gen - 1:012d}}")
+            while not glob.glob(want):
+                assert time.monotonic() < deadline, "the save never came"
+                time.sleep(0.005)
+        yield state
+    return state.gen
+
+
+f()
+from resumable._run import Run
+from resumable.stores import open_store
+run = Run(open_store(STORE), "shm", keep=None)
+for name in run.checkpoint_names():
+    ck = run._try_load(name, [], True, [])
+    values = np.unique(ck.state.a).tolist()
+    print(name.rsplit("/", 1)[-1], ck.state.gen, values, flush=True)
+    assert ck.state.gen == ck.step and values == [float(ck.step)], "another yield's state"
+    del ck
+print("forks", len(forks), flush=True)
+shm.close()
+shm.unlink()
+"""
+
+
+def test_state_on_shared_memory_is_never_snapshotted_by_a_child(tmp_path: Path) -> None:
+    """Copy-on-write does not cover shared mappings: with one in the process, snapshots
+    stay on the loop's thread, every checkpoint holds its own yield's state (before:
+    the child streamed what the loop wrote after the yield), and a warning says why."""
+    proc = run(tmp_path, _SHARED_STATE.format(store=str(tmp_path / "s")),
+               RESUMABLE_SNAPSHOT_FORK="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "forks 0" in proc.stdout, proc.stdout
+    assert proc.stderr.count("maps shared memory writable") == 1, proc.stderr
+    assert "/dev/shm/psm_" in proc.stderr
+
+
+_ABOVE_LIMIT = """
+import os
+import numpy as np
+from resumable import checkpointed
+
+forks = []
+os.register_at_fork(before=lambda: forks.append(1))
+
+@checkpointed(store={store!r}, run_id="big", every=1)
+def f(*, state=None):
+    state = state or {{"i": 0, "a": np.zeros(1 << 19)}}  # 4 MiB: above the limit below
+    while state["i"] < 5:
+        state["i"] += 1
+        state["a"] += 1.0
+        yield state
+    return float(state["a"][0])
+
+print("result", f(), "forks", len(forks), flush=True)
+"""
+
+
+def test_a_state_above_the_snapshot_limit_is_saved_in_place_not_forked(
+        tmp_path: Path) -> None:
+    """$RESUMABLE_SNAPSHOT_LIMIT caps memory: such a state is saved in place, without a
+    copy, where a child would add one (before: forked, 1.5x the memory)."""
+    proc = run(tmp_path, _ABOVE_LIMIT.format(store=str(tmp_path / "s")),
+               RESUMABLE_SNAPSHOT_FORK="1", RESUMABLE_SNAPSHOT_LIMIT="1MiB")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "result 5.0 forks 0" in proc.stdout, proc.stdout
+    latest = Run(open_store(str(tmp_path / "s")), "big").load_latest()
+    assert latest is not None and latest.step == 5 and latest.state["a"][0] == 5.0
