@@ -171,8 +171,8 @@ SNAPSHOT_FORK = Setting(
     "RESUMABLE_SNAPSHOT_FORK", False, "0",
     "`1`: a due yield forks a child that pickles the state (copy-on-write) and hands it "
     "to the upload; the loop pays the fork (a few ms), not the pickling: for states of "
-    "many Python objects (a DEAP population). Linux and macOS; not with CUDA or other "
-    "state that does not survive a fork",
+    "many Python objects (a DEAP population). Linux; not with CUDA or other state that "
+    "does not survive a fork",
     _flag, "1 or 0 (or true/false, yes/no, on/off)")
 RESTART_BACKOFF = Setting(
     "RESUMABLE_RESTART_BACKOFF", 0.0, "none",
