@@ -393,6 +393,9 @@ class _Execution:
             self.uploader.drop_waiting()
             try:
                 snap = self.run.snapshot_forked(state, step, rng, self.pool, known_size)
+                # Once read, its size is the next yield's hint: a state grown past
+                # $RESUMABLE_SNAPSHOT_LIMIT is saved in place from then on, not forked.
+                snap.on_size = self._sized
             except OSError as err:  # no process or memory left for a child (EAGAIN)
                 log.warning("run %s: could not fork a child to snapshot step %d (%s); "
                             "snapshots are taken on the loop's thread from now on",
@@ -434,6 +437,9 @@ class _Execution:
         else:
             self.last_snap = snap
             self._save(snap)
+
+    def _sized(self, size: int) -> None:
+        self.state_size = size
 
     def _fork_allowed(self, size: int) -> bool:
         """Whether this due yield may be snapshotted by a forked child."""

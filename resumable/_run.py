@@ -23,6 +23,7 @@ import pickle
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -107,6 +108,8 @@ class Snapshot:
     # A child serializing the state ($RESUMABLE_SNAPSHOT_FORK): frames[1:] come from it
     forked: _forked.Forked | None = None
     failed: BaseException | None = None  # what reading them raised
+    # Told the size of a forked child's frames once read: the next due yield's hint
+    on_size: Callable[[int], None] | None = None
 
     def materialize(self) -> None:
         """Read a forked child's frames (once; every later call sees the same outcome)."""
@@ -125,6 +128,8 @@ class Snapshot:
                 self.forked = None
             self.frames[1:] = frames
             self.size = sum(memoryview(f).nbytes for f in frames[1:])
+            if self.on_size is not None:
+                self.on_size(self.size)
 
     def rng_frame(self) -> Buffer:
         # Pickling the RNG state (625 ints for `random`) costs more than the rest of a small
