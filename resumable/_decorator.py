@@ -320,7 +320,10 @@ class _Execution:
                 f"run {run.where()}: $RESUMABLE_SNAPSHOT_FORK=1 needs os.fork, which "
                 f"{sys.platform} does not have; unset it")
         self.fork_checked = False
+        self.fork_timeout = _settings.FORK_TIMEOUT.read() if self.fork else 0.0
+        self.pickle_seconds = 0.0  # what the last snapshot on the loop's thread took
         self.fork_shared_warned = False
+        self.forked: list[Snapshot] = []  # forked snapshots, until their frames are read
         self.state_size = 0  # bytes in the out-of-band buffers of the last known snapshot
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
@@ -366,6 +369,8 @@ class _Execution:
             return
         if step == self.durable_step or (self.last_snap is not None
                                           and self.last_snap.step == step):
+            if force or self.terminate:  # the last snapshot is this state: older go
+                self._end_children(keep=self.last_snap)
             return
         previous = self.last_snap
         known_size = max(self.state_size, previous.size if previous is not None else 0)
@@ -376,6 +381,11 @@ class _Execution:
             # for a duration, the next yield) is snapshotted instead.
             self.uploader.skipped += 1
             return
+        if force or self.terminate:
+            # This state is saved now, on the loop's thread: children still pickling
+            # older ones are ended (one that never finishes, say a lock held at the fork
+            # by another thread, would hold up this save and the exit).
+            self._end_children()
         if (force or self.terminate) and previous is not None and previous.size >= _BIG:
             # The run ends after this save and waits for every save anyway: waiting first
             # lets the new snapshot reuse the previous one's buffers.
@@ -396,12 +406,14 @@ class _Execution:
                 # Once read, its size is the next yield's hint: a state grown past
                 # $RESUMABLE_SNAPSHOT_LIMIT is saved in place from then on, not forked.
                 snap.on_size = self._sized
+                snap.deadline = time.monotonic() + self.fork_timeout + 20 * self.pickle_seconds
             except OSError as err:  # no process or memory left for a child (EAGAIN)
                 log.warning("run %s: could not fork a child to snapshot step %d (%s); "
                             "snapshots are taken on the loop's thread from now on",
                             self.run.where(), step, err)
                 self.fork = False
             else:
+                self.forked = [x for x in self.forked if x.forked is not None] + [snap]
                 if previous is not None:
                     previous.release()
                 self.last_snap = snap
@@ -419,6 +431,7 @@ class _Execution:
             return dropped
 
         self.pool.make_room = make_room
+        started = time.perf_counter()
         try:
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit)
         except BaseException as err:
@@ -428,6 +441,7 @@ class _Execution:
         finally:
             self.pool.make_room = None
         self.fork_checked = True
+        self.pickle_seconds = time.perf_counter() - started
         self.state_size = snap.size
         if previous is not None:
             previous.release()
@@ -437,6 +451,15 @@ class _Execution:
         else:
             self.last_snap = snap
             self._save(snap)
+
+    def _end_children(self, keep: Snapshot | None = None) -> None:
+        """End the children of forked snapshots not read yet, but ``keep``'s (their saves
+        are skipped: a newer state is saved)."""
+        children, self.forked = self.forked, [keep] if keep is not None else []
+        for snap in children:
+            child = snap.forked
+            if child is not None and snap is not keep:
+                child.cancel()
 
     def _sized(self, size: int) -> None:
         self.state_size = size
@@ -462,7 +485,19 @@ class _Execution:
 
         def job() -> None:
             try:
-                self.run.write_checkpoint(snap)
+                try:
+                    self.run.write_checkpoint(snap)
+                except _forked.Stuck as err:
+                    if self.fork:
+                        self.fork = False
+                        log.error(
+                            "run %s: %s; snapshots are taken on the loop's thread for the "
+                            "rest of this call (does the state's pickling take a lock that "
+                            "another thread holds? $RESUMABLE_FORK_TIMEOUT sets the time)",
+                            self.run.where(), err)
+                    return
+                except _forked.Superseded:
+                    return  # its child was ended: a newer state is saved after it
                 self.written_step = max(self.written_step, snap.step)
                 if progress is not None:
                     progress.saved()
@@ -719,6 +754,8 @@ class _Execution:
                     self.suspended = False
         except _signals.TERMINATION:
             self.stopping = True
+            if self.interrupted:  # out of time: children still pickling are not waited for
+                self._end_children()
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
                         self._saved_step(), "stopping" if _signals.interactive()

@@ -23,10 +23,12 @@ import contextlib
 import ctypes
 import os
 import re
+import select
 import signal
 import struct
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +48,15 @@ try:
     _prctl = _libc.prctl
 except (OSError, AttributeError):  # not Linux: no parent-death signal
     _prctl = None
+
+
+class Superseded(Exception):
+    """A forked snapshot ended by ``cancel``: a newer state is being saved instead."""
+
+
+class Stuck(Superseded):
+    """A child that sent nothing within its deadline, ended: a lock another thread held
+    at the fork (taken by the state's ``__getstate__``), say, which nobody releases in it."""
 
 
 def available() -> bool:
@@ -170,52 +181,83 @@ class Forked:
         self.pid: int | None = pid
         self.fd: int | None = r
         self._lock = threading.Lock()
+        self._reading = False
+        self.cancelled = False
+        self.started = time.monotonic()
 
-    def collect(self, take: Callable[[int], Any] | None) -> list[Any]:
+    def _wait_first_byte(self, fd: int, deadline: float | None) -> None:
+        """Wait until the child has pickled (its first byte); ``Stuck`` past ``deadline``."""
+        if deadline is None:
+            return
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.cancel()
+                raise Stuck(f"{self.what}: the child process pickling it sent nothing in "
+                            f"{deadline - self.started:.0f} s")
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                return
+
+    def collect(self, take: Callable[[int], Any] | None,
+                deadline: float | None = None) -> list[Any]:
         """Read the child's frames (the first is the pickle stream, as bytes; the others
         into ``take(n)`` buffers), then reap it. Raises what the child's serialization
-        raised; ``SerializationError`` if the child died without a word."""
+        raised; ``Superseded`` if ``cancel`` ended it; ``SerializationError`` if the child
+        died without a word."""
         with self._lock:
             fd = self.fd
-            if fd is None:
-                raise SerializationError(f"{self.what}: its snapshot was cancelled")
+            if fd is None or self.cancelled:
+                raise Superseded(f"{self.what}: its snapshot was cancelled")
+            self._reading = True  # cancel() kills the child but leaves the pipe to us
+        status: int | None = None
+        try:
             try:
-                try:
-                    tag = _read_exact(fd, 1)
-                    if tag == _ERR:
-                        kind = _read_exact(fd, 1)
-                        text = _read_exact(fd, _U64.unpack(_read_exact(fd, 8))[0])
-                        cls = ConfigurationError if kind == b"C" else SerializationError
-                        raise cls(text.decode("utf-8", "replace"))
-                    (n,) = _U64.unpack(_read_exact(fd, 8))
-                    sizes = [_U64.unpack(_read_exact(fd, 8))[0] for _ in range(n)]
-                    frames: list[Any] = []
-                    for i, size in enumerate(sizes):
-                        buf = take(size) if (take is not None and i) else bytearray(size)
-                        _readinto_exact(fd, buf)
-                        frames.append(buf)
-                    return frames
-                except EOFError:
+                self._wait_first_byte(fd, deadline)
+                tag = _read_exact(fd, 1)
+                if tag == _ERR:
+                    kind = _read_exact(fd, 1)
+                    text = _read_exact(fd, _U64.unpack(_read_exact(fd, 8))[0])
+                    cls = ConfigurationError if kind == b"C" else SerializationError
+                    raise cls(text.decode("utf-8", "replace"))
+                (n,) = _U64.unpack(_read_exact(fd, 8))
+                sizes = [_U64.unpack(_read_exact(fd, 8))[0] for _ in range(n)]
+                frames: list[Any] = []
+                for i, size in enumerate(sizes):
+                    buf = take(size) if (take is not None and i) else bytearray(size)
+                    _readinto_exact(fd, buf)
+                    frames.append(buf)
+                return frames
+            except EOFError:
+                with self._lock:
+                    self._reading = False
                     status = self._reap()
-                    raise SerializationError(
-                        f"{self.what}: the child process serializing it ended without "
-                        f"sending it ({_describe(status)}); set RESUMABLE_SNAPSHOT_FORK=0 to "
-                        "serialize on the loop's thread and see the error there") from None
-            finally:
+                    if self.cancelled:
+                        raise Superseded(f"{self.what}: its snapshot was cancelled") from None
+                raise SerializationError(
+                    f"{self.what}: the child process serializing it ended without "
+                    f"sending it ({_describe(status)}); set RESUMABLE_SNAPSHOT_FORK=0 to "
+                    "serialize on the loop's thread and see the error there") from None
+        finally:
+            with self._lock:
+                self._reading = False
                 self._close()
                 self._reap()
 
     def cancel(self) -> None:
-        """The snapshot is no longer wanted: end the child (if still running)."""
+        """The snapshot is no longer wanted: end the child (if still running). A
+        ``collect`` reading it meanwhile gets ``Superseded``."""
         with self._lock:
+            self.cancelled = True
             if self.pidfd is not None:
                 with contextlib.suppress(OSError):
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             elif self.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
-            self._close()
-            self._reap()
+            if not self._reading:  # else the reader closes and reaps when it sees EOF
+                self._close()
+                self._reap()
 
     def _close(self) -> None:
         if self.fd is not None:

@@ -110,6 +110,7 @@ class Snapshot:
     failed: BaseException | None = None  # what reading them raised
     # Told the size of a forked child's frames once read: the next due yield's hint
     on_size: Callable[[int], None] | None = None
+    deadline: float | None = None  # time.monotonic() by which a forked child must have pickled
 
     def materialize(self) -> None:
         """Read a forked child's frames (once; every later call sees the same outcome)."""
@@ -120,7 +121,8 @@ class Snapshot:
             if child is None:
                 return
             try:
-                frames = child.collect(self.pool.take if self.pool is not None else None)
+                frames = child.collect(self.pool.take if self.pool is not None else None,
+                                       self.deadline)
             except BaseException as err:
                 self.failed = err
                 raise

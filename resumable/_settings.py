@@ -174,6 +174,13 @@ SNAPSHOT_FORK = Setting(
     "many Python objects (a DEAP population). Linux; not with CUDA or other state that "
     "does not survive a fork",
     _flag, "1 or 0 (or true/false, yes/no, on/off)")
+FORK_TIMEOUT = Setting(
+    "RESUMABLE_FORK_TIMEOUT", 60.0, "60",
+    "with `RESUMABLE_SNAPSHOT_FORK=1`: seconds a child may take to pickle a state, on top "
+    "of 20 times what the first snapshot took on the loop's thread; a child that takes "
+    "longer (a lock another thread held at the fork) is ended, and snapshots are taken "
+    "on the loop's thread for the rest of the call",
+    _seconds, "a number of seconds >= 0, e.g. 60")
 RESTART_BACKOFF = Setting(
     "RESUMABLE_RESTART_BACKOFF", 0.0, "none",
     "seconds before the first in-process restart of a generation, doubling (max 60 s)",
@@ -200,7 +207,7 @@ MIGRATION_TIMEOUT = Setting(
 
 SETTINGS: tuple[Setting[Any], ...] = (
     STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, SNAPSHOT_COPIES,
-    SNAPSHOT_FORK,
+    SNAPSHOT_FORK, FORK_TIMEOUT,
     RESTART_BACKOFF,
     RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT,
 )

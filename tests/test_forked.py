@@ -544,3 +544,66 @@ def test_a_state_above_the_snapshot_limit_is_saved_in_place_not_forked(
     assert "result 5.0 forks 0" in proc.stdout, proc.stdout
     latest = Run(open_store(str(tmp_path / "s")), "big").load_latest()
     assert latest is not None and latest.step == 5 and latest.state["a"][0] == 5.0
+
+
+_LOCK_HELD_AT_FORK = """
+import threading
+from resumable import checkpointed
+
+class Buffer:
+    # pickling takes its lock: in a child forked while another thread held it, nobody
+    # ever releases it
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.items = [1, 2, 3]
+
+    def __getstate__(self):
+        with self.lock:
+            return {{"items": list(self.items)}}
+
+    def __setstate__(self, d):
+        self.lock = threading.Lock()
+        self.items = d["items"]
+
+buf = Buffer()
+take, taken, give = threading.Event(), threading.Event(), threading.Event()
+
+def holder():  # another thread of the application, holding the lock for a while
+    take.wait()
+    with buf.lock:
+        taken.set()
+        give.wait()
+
+threading.Thread(target=holder, daemon=True).start()
+
+@checkpointed(store={store!r}, run_id="l", every=1)
+def f(*, state=None):
+    state = state or {{"i": 0, "buf": buf}}
+    while state["i"] < 5:
+        state["i"] += 1
+        if state["i"] == 5:  # the fork at the last yield happens while the lock is held
+            take.set()
+            taken.wait()
+        yield state
+        if state["i"] == 5:
+            give.set()
+    return state["i"]
+
+print("result", f(), flush=True)
+print("again", f(), flush=True)  # the run is complete: its result, not a rerun
+"""
+
+
+def test_a_child_stuck_on_a_lock_is_ended_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A child forked while another thread held a lock its pickling takes never finishes:
+    after $RESUMABLE_FORK_TIMEOUT it is ended with an error that says why, and the call
+    returns, its result saved (before: the run hung for good, waiting for the child)."""
+    store = tmp_path / "s"
+    proc = run(tmp_path, _LOCK_HELD_AT_FORK.format(store=str(store)), timeout=120,
+               RESUMABLE_SNAPSHOT_FORK="1", RESUMABLE_FORK_TIMEOUT="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "result 5\nagain 5" in proc.stdout
+    assert proc.stderr.count("sent nothing in") == 1, proc.stderr
+    assert "take a lock that another thread holds" in proc.stderr
+    latest = Run(open_store(str(store)), "l").load_latest(with_state=False)
+    assert latest is not None and latest.step < 5  # the stuck child's state was not saved

@@ -30,6 +30,7 @@ BAD = {
     "RESUMABLE_SNAPSHOT_LIMIT": ["lots", "-1", "5 parsecs", "MiB", "nan"],
     "RESUMABLE_SNAPSHOT_COPIES": ["0", "3", "one", "1.0"],
     "RESUMABLE_SNAPSHOT_FORK": ["fork", "2", "maybe"],
+    "RESUMABLE_FORK_TIMEOUT": ["-1", "soon", "nan"],
     "RESUMABLE_RESTART_BACKOFF": ["soon", "-1", "nan", "1s"],
     "RESUMABLE_RETRY_DEADLINE": ["forever", "-5", "nan", "60s"],
     "RESUMABLE_TERM_TIMEOUT": ["never", "-1", "nan", "20s"],
