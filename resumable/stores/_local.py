@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import errno
 import os
+import stat
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -26,15 +27,19 @@ def _check_folder(root: Path, url: str) -> None:
     """
     for path in (root, *root.parents):
         try:
-            if path.is_dir():
-                return
-            if path.exists():
-                raise ConfigurationError(
-                    f"store {url}: {path} is a file, not a folder; point the store at a "
-                    "folder (it is created when missing), e.g. RESUMABLE_STORE=./checkpoints"
-                )
+            # One stat: "not a folder" then "exists" in two calls would call a folder
+            # another process (an island of the same store) made in between a file.
+            mode = os.stat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):  # missing, or below a file
+            continue
         except OSError:  # unreadable parent: let the first real access report it
             return
+        if stat.S_ISDIR(mode):
+            return
+        raise ConfigurationError(
+            f"store {url}: {path} is a file, not a folder; point the store at a "
+            "folder (it is created when missing), e.g. RESUMABLE_STORE=./checkpoints"
+        )
 
 
 class LocalStore:
