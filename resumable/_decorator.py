@@ -386,10 +386,10 @@ class _Execution:
             # older ones are ended (one that never finishes, say a lock held at the fork
             # by another thread, would hold up this save and the exit).
             self._end_children()
-        if (force or self.terminate) and previous is not None and previous.size >= _BIG:
-            # The run ends after this save and waits for every save anyway: waiting first
-            # lets the new snapshot reuse the previous one's buffers.
-            self.uploader.wait_idle()
+            if previous is not None and previous.size >= _BIG:
+                # The run ends after this save and waits for every save anyway: waiting
+                # first lets the new snapshot reuse the previous one's buffers.
+                self.uploader.wait_idle()
         one_copy = self.copies == 1 and previous is not None and previous.size >= _BIG
         rng = self._capture_rng()
         if previous is not None and previous.step == self.submitted_step:

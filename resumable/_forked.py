@@ -97,17 +97,6 @@ def _write_all(fd: int, data: Any) -> None:
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int) -> bytes:
-    parts = []
-    while n:
-        chunk = os.read(fd, min(n, 1 << 20))
-        if not chunk:
-            raise EOFError
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
-
-
 def _readinto_exact(fd: int, buf: Any) -> None:
     view = memoryview(buf).cast("B")
     while view:
@@ -115,6 +104,12 @@ def _readinto_exact(fd: int, buf: Any) -> None:
         if not n:
             raise EOFError
         view = view[n:]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    buf = bytearray(n)
+    _readinto_exact(fd, buf)
+    return bytes(buf)
 
 
 class Forked:
