@@ -69,9 +69,25 @@ def run_archipelago(store: str, islands: int, generations: int, gen_time: float,
     t0 = time.perf_counter()
     island_of = {start(i): i for i in range(islands)}
     yielded, results, killed = 0, {}, set()
+    last: dict[int, str] = {}  # island -> its last line, for a report on a long wait
+    waited = 0.0
     while len(results) < islands:
-        proc, line = lines.get(timeout=600)
+        try:
+            proc, line = lines.get(timeout=30)
+        except queue.Empty:
+            # No island wrote for 30 s: say who is still running and what each said
+            # last, so that a hang (a test's timeout) leaves something to go on.
+            waited += 30
+            alive = {i: p.pid for p, i in island_of.items() if p.poll() is None}
+            print(f"islands: no line for {waited:.0f} s; running {alive}; results "
+                  f"{sorted(results)}; last lines {last}", file=sys.stderr, flush=True)
+            if waited >= 600:
+                raise RuntimeError(f"no island wrote a line for {waited:.0f} s") from None
+            continue
+        waited = 0.0
         island = island_of[proc]
+        if line is not None:
+            last[island] = line.strip()
         if line is None:
             code = proc.wait()
             if proc in killed:

@@ -25,10 +25,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 def run_quick(name: str, tmp_path: Path) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=840, cwd=tmp_path,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(tmp_path)],
+            capture_output=True, text=True, env=env, timeout=840, cwd=tmp_path,
+        )
+    except subprocess.TimeoutExpired as err:  # what it said so far is the only clue
+        stderr = err.stderr
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        pytest.fail(f"{name} --quick still running after {err.timeout} s; its stderr:\n"
+                    f"{(stderr or '')[-4000:]}")
     assert proc.returncode == 0, f"{name} --quick exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     assert "| " in proc.stdout, "no markdown table on stdout"
     doc = json.loads((tmp_path / f"{name}.json").read_text())
