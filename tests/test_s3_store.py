@@ -460,3 +460,62 @@ def test_a_listing_entry_without_a_key_is_an_error(crafted_listings: Any) -> Non
     crafted_listings[:] = [page]
     with pytest.raises(StoreError, match=r"s3://bucket"):
         open_store("s3://bucket/").list("r/")
+
+
+@pytest.mark.parametrize("kind", ["drop", "drop_mid", "internal"])
+def test_a_payload_goes_out_frame_by_frame_and_is_resent_intact_after_a_fault(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """A checkpoint below the multipart threshold goes up in one PutObject whose body is
+    the payload's frames as they lie: the 16 MiB frame in one ``sendall`` (which releases
+    the GIL for all of it), not joined first and not read out 16 KiB at a time (botocore
+    turns a bytes body into a BytesIO that urllib3 sends in 16 KiB blocks, each taking
+    the GIL back from the training loop). A PUT that fails is sent again from the start,
+    and the object is bit-exact."""
+    import socket
+    import threading
+
+    from resumable import _format
+
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "30")
+    url = s3_server.new_store_url()
+    proxy = fault_proxy(s3_server, rate=1.0, kinds=[kind], match=b"ckpt-one")
+    decide = proxy._decide
+
+    def once(request_line: bytes) -> str | None:  # the PUT fails on its first try only
+        fault = decide(request_line)
+        if fault is not None:
+            proxy.enabled = False
+        return fault
+
+    proxy._decide = once  # type: ignore[method-assign]
+    s3_env(s3_server, endpoint=proxy.endpoint)
+    big = 16 * MiB + 7
+    frames = [b"pickle stream", bytearray(random.Random(5).randbytes(big))]
+    payload = _format.encode(frames, kind="ckpt", serializer="pickle", step=1, created=0.0)
+    assert isinstance(payload.crc32c, int)
+    store = S3Store.from_url(url)
+    assert sum(memoryview(b).nbytes for b in payload) < store.multipart_threshold
+    sent: list[int] = []  # sizes of this thread's sendall calls (not the proxy's)
+    real_sendall = socket.socket.sendall
+    me = threading.get_ident()
+
+    def counting_sendall(sock: socket.socket, data: Any, *args: Any) -> None:
+        if threading.get_ident() == me:
+            sent.append(memoryview(data).nbytes)
+        real_sendall(sock, data, *args)
+
+    monkeypatch.setattr(socket.socket, "sendall", counting_sendall)
+    store.put("run/ckpt-one", payload)
+    monkeypatch.undo()
+    assert proxy.faults[kind] == 1
+    assert store.checksums  # the server took the CRC32C: the frames went out as they are
+    # Once or twice: a 500 or a dropped connection before "100 Continue" stops the first
+    # try before its body; a connection cut mid-response comes after it.
+    assert big in sent, sorted(sent)[-5:]
+    assert max(n for n in sent if n != big) < 1 * MiB  # nothing else big: no join, no blocks
+    assert bytes(store.get("run/ckpt-one") or b"") == _joined(payload)

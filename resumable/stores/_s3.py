@@ -284,6 +284,53 @@ def _s3_options(addressing_style: str | None, checksums: bool) -> dict[str, Any]
     return options or None
 
 
+class _Buffers:
+    """A request body of several buffers that goes out without being joined.
+
+    botocore turns a ``bytes`` body of PutObject or UploadPart into a ``BytesIO``, which
+    urllib3 sends 16 KiB at a time: a Python loop that takes the GIL back about a
+    thousand times per 16 MiB, from the training loop's thread. Joining the frames
+    first is a copy of the whole payload under the GIL (page faults included: 12 ms per
+    16 MiB here), during which the loop cannot run Python at all. This body is a reader
+    whose ``read`` hands out one whole buffer at a time, however much was asked for:
+    urllib3 and http.client pass each to one ``sendall``, which releases the GIL for the
+    whole buffer. Its length is known (``len``), so the request has a Content-Length.
+
+    Only for bodies whose checksum is given (ChecksumCRC32C): botocore computes a
+    checksum by reading the body in blocks of its own size.
+    """
+
+    def __init__(self, views: list[memoryview]) -> None:
+        self._views = [v for v in views if v.nbytes]
+        self._size = sum(v.nbytes for v in self._views)
+        self._next = 0
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, size: int | None = -1) -> memoryview | bytes:
+        if self._next >= len(self._views):
+            return b""
+        view = self._views[self._next]
+        self._next += 1
+        self._pos += view.nbytes
+        return view
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if (offset, whence) not in ((0, 0), (self._pos, 0), (0, 1)):
+            raise OSError(f"this request body can only be rewound (seek({offset}, {whence}))")
+        if (offset, whence) == (0, 0):
+            self._next = self._pos = 0
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def joined(self) -> bytes:
+        return b"".join(self._views)
+
+
 def _crc32c_header(crc: int) -> str:
     """S3's ChecksumCRC32C: the big-endian CRC, base64."""
     return base64.b64encode(crc.to_bytes(4, "big")).decode()
@@ -491,14 +538,17 @@ class S3Store:
         return self._put_multipart(key, full, data, size, if_absent)
 
     def _put_single(self, key: str, full: str, data: Payload, if_absent: bool) -> bool:
-        body = b"".join(_byte_views(data))  # small: one copy is cheaper than a reader
+        crc = getattr(data, "crc32c", None) if self.checksums else None
+        # With its CRC32C known, the payload goes out as it lies, buffer by buffer
+        # (_Buffers); otherwise botocore computes a CRC32 from bytes it can read.
+        body: bytes | _Buffers = (_Buffers(_byte_views(data)) if isinstance(crc, int)
+                                  else b"".join(_byte_views(data)))
         ambiguous = False
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": body, **self._extra}
         if self.checksums:
             # The object's CRC32C from its encoding (one pass over the bytes): S3 checks
             # the body against it, end to end. Payloads without one (signed objects, whose
             # digest is SHA-256) get a CRC32 that botocore computes.
-            crc = getattr(data, "crc32c", None)
             if isinstance(crc, int):
                 kwargs["ChecksumCRC32C"] = _crc32c_header(crc)
             else:
@@ -508,6 +558,8 @@ class S3Store:
 
         def attempt() -> bool:
             nonlocal ambiguous
+            if isinstance(body, _Buffers):
+                body.seek(0)  # a retry sends it again from the start
             try:
                 self._client.put_object(**kwargs)
             except botocore.exceptions.ClientError as exc:
@@ -526,10 +578,11 @@ class S3Store:
         result: bool = self._call("put", key, attempt)
         return result
 
-    def _same_content(self, full: str, body: bytes) -> bool:
+    def _same_content(self, full: str, body: bytes | _Buffers) -> bool:
         try:
             response = self._client.get_object(Bucket=self.bucket, Key=full)
-            return bool(response["Body"].read() == body)
+            expected = body.joined() if isinstance(body, _Buffers) else body
+            return bool(response["Body"].read() == expected)
         except Exception:  # any doubt means "not ours"
             return False
 
@@ -622,16 +675,14 @@ class S3Store:
                 checksum["ChecksumCRC32C"] = _crc32c_header(crcs[number - 1])
             elif self.checksums:
                 checksum["ChecksumAlgorithm"] = "CRC32"
-            # A buffer per part, not a file-like reader: http.client sends a reader 8 KiB
-            # at a time, a Python loop that holds the GIL thousands of times per part and
-            # slows the training loop; a buffer goes out in one sendall that releases
-            # the GIL. A part that lies in one frame is sent from it without a copy
-            # (when its CRC32C is known: botocore would read a buffer to compute one);
-            # one spanning frames is joined, a part's size per worker.
-            body: Any = (segments[0] if len(segments) == 1 and crcs is not None
-                         else b"".join(segments))
+            # With its CRC32C known, a part goes out from the frames it lies in, one
+            # sendall per frame (_Buffers); without, botocore reads bytes to compute a
+            # CRC32, so the part is joined (a part's size per worker).
+            body: Any = _Buffers(segments) if crcs is not None else b"".join(segments)
 
             def attempt() -> dict[str, Any]:
+                if isinstance(body, _Buffers):
+                    body.seek(0)  # a retry sends it again from the start
                 response = self._client.upload_part(
                     Bucket=self.bucket,
                     Key=full,
