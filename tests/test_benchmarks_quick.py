@@ -133,6 +133,10 @@ def test_s3_throughput_quick(tmp_path: Path) -> None:
     b = doc["background_memory"]
     assert finite(b["extra_over_state_median"]) and finite(b["target"])
     assert b["extra_over_state_min"] <= b["extra_over_state_median"] <= b["extra_over_state_max"]
+    options = {o["case"]: o for o in doc["background_memory_options"]}
+    assert set(options) == {"loop_background", "loop_copies1", "loop_asap"}
+    for o in options.values():
+        assert finite(o["extra_over_state_median"]) and finite(o["time_ratio_median"])
 
 
 def test_per_generation_quick(tmp_path: Path) -> None:
