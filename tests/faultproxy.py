@@ -278,3 +278,89 @@ class FaultProxy:
                     break
                 pending = chunk
             body_thread.join(timeout=5)
+
+
+class SlowLink:
+    """A TCP relay on loopback whose client-to-server direction carries ``rate`` bytes/s.
+
+    A slow uplink (a pod far from its bucket, a shared NIC): requests reach the server
+    at that pace, responses come back at once. It relays bytes, not HTTP, so keep-alive
+    connections, ``Expect: 100-continue`` and TLS pass through unchanged. Its receive
+    buffer is small, so the client's writes wait on the pace instead of filling loopback
+    buffers of many MiB.
+
+        with SlowLink(server.endpoint, rate=4 * MiB) as link:
+            ... boto3 with endpoint_url=link.endpoint ...
+    """
+
+    def __init__(self, upstream: str, *, rate: int) -> None:
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.rate = rate
+        self._sock: socket.socket | None = None
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.endpoint = ""
+
+    def start(self) -> SlowLink:
+        sock = socket.socket()
+        # Set before listen: accepted sockets inherit it (and lose autotuning).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(32)
+        self._sock = sock
+        self.endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        with self._lock:
+            for s in self._open:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            self._open.clear()
+
+    def __enter__(self) -> SlowLink:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                upstream = socket.create_connection(self.upstream, timeout=60)
+            except OSError:
+                return
+            upstream.settimeout(None)
+            with self._lock:
+                self._open += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, paced: bool) -> None:
+        due = 0.0  # when the bytes relayed so far have crossed the link
+        try:
+            while True:
+                chunk = src.recv(64 * 1024)
+                if not chunk:
+                    break
+                dst.sendall(chunk)
+                if paced:  # the link's pace, not a wait for anything; no credit when idle
+                    due = max(due, time.monotonic()) + len(chunk) / self.rate
+                    pause = due - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)

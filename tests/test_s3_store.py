@@ -13,8 +13,8 @@ import pytest
 from resumable._errors import ConfigurationError, StoreError
 from resumable._retry import is_transient
 from resumable.stores import open_store
-from resumable.stores._s3 import S3Store
-from tests.faultproxy import FaultProxy
+from resumable.stores._s3 import _SEND_BLOCK, S3Store
+from tests.faultproxy import FaultProxy, SlowLink
 from tests.s3servers import BAD_CREDENTIALS, S3Server
 
 pytestmark = pytest.mark.s3
@@ -463,7 +463,7 @@ def test_a_listing_entry_without_a_key_is_an_error(crafted_listings: Any) -> Non
 
 
 @pytest.mark.parametrize("kind", ["drop", "drop_mid", "internal"])
-def test_a_payload_goes_out_frame_by_frame_and_is_resent_intact_after_a_fault(
+def test_a_payload_goes_out_in_mib_slices_and_is_resent_intact_after_a_fault(
     s3_server: S3Server,
     s3_env: Callable[..., Any],
     fault_proxy: Callable[..., FaultProxy],
@@ -471,11 +471,12 @@ def test_a_payload_goes_out_frame_by_frame_and_is_resent_intact_after_a_fault(
     kind: str,
 ) -> None:
     """A checkpoint below the multipart threshold goes up in one PutObject whose body is
-    the payload's frames as they lie: the 16 MiB frame in one ``sendall`` (which releases
-    the GIL for all of it), not joined first and not read out 16 KiB at a time (botocore
-    turns a bytes body into a BytesIO that urllib3 sends in 16 KiB blocks, each taking
-    the GIL back from the training loop). A PUT that fails is sent again from the start,
-    and the object is bit-exact."""
+    the payload's frames as they lie: the 16 MiB frame in 16 ``sendall`` calls of a MiB
+    (each releases the GIL for all of it), not joined first and not read out 128 KiB at
+    a time (botocore turns a bytes body into a BytesIO that urllib3 sends in 128 KiB
+    blocks, each taking the GIL back from the training loop), and not in one call either
+    (see the slow-link test). A PUT that fails is sent again from the start, and the
+    object is bit-exact."""
     import socket
     import threading
 
@@ -516,6 +517,43 @@ def test_a_payload_goes_out_frame_by_frame_and_is_resent_intact_after_a_fault(
     assert store.checksums  # the server took the CRC32C: the frames went out as they are
     # Once or twice: a 500 or a dropped connection before "100 Continue" stops the first
     # try before its body; a connection cut mid-response comes after it.
-    assert big in sent, sorted(sent)[-5:]
-    assert max(n for n in sent if n != big) < 1 * MiB  # nothing else big: no join, no blocks
+    # Only whole MiB slices of the frame and small pieces (head, header, padding, the
+    # frame's last 7 bytes): no join, no 128 KiB blocks.
+    assert all(n == _SEND_BLOCK or n < 4096 for n in sent), sorted(set(sent))[-5:]
+    assert sent.count(_SEND_BLOCK) in (big // _SEND_BLOCK, 2 * (big // _SEND_BLOCK)), sent
     assert bytes(store.get("run/ckpt-one") or b"") == _joined(payload)
+
+
+@pytest.mark.parametrize("layout", ["single", "multipart"])
+def test_a_large_frame_crosses_a_slow_link(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    layout: str,
+) -> None:
+    """A slow uplink that the old 128 KiB blocks crossed must not fail a save for good.
+
+    urllib3 sends a request body under the socket's *connect* timeout, and a socket's
+    ``sendall`` (an SSL write on https) must finish as a whole within the timeout. A
+    16 MiB frame handed to one ``sendall`` needs 16 MiB per ``connect_timeout``: through
+    a 4 MiB/s link with ``connect_timeout=1`` it timed out on every attempt, until the
+    retry deadline. The body hands out a MiB at a time, which crosses in a quarter of
+    it. Both a single PutObject and parts of one frame (16 MiB parts)."""
+    from resumable import _format
+
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "5")
+    url = s3_server.new_store_url() + "?connect_timeout=1"
+    big = 16 * MiB if layout == "single" else 32 * MiB
+    if layout == "multipart":
+        url += f"&multipart_threshold={20 * MiB}&part_size={16 * MiB}&max_workers=2"
+    frames = [b"pickle stream", bytearray(random.Random(9).randbytes(big))]
+    payload = _format.encode(frames, kind="ckpt", serializer="pickle", step=1, created=0.0)
+    with SlowLink(s3_server.endpoint, rate=4 * MiB) as link:
+        s3_env(s3_server, endpoint=link.endpoint)
+        store = S3Store.from_url(url)
+        size = sum(memoryview(b).nbytes for b in payload)
+        assert (size < store.multipart_threshold) == (layout == "single")
+        store.put("run/ckpt-far", payload)
+    assert store.checksums
+    s3_env(s3_server)
+    assert bytes(S3Store.from_url(url).get("run/ckpt-far") or b"") == _joined(payload)

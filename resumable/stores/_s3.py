@@ -284,17 +284,29 @@ def _s3_options(addressing_style: str | None, checksums: bool) -> dict[str, Any]
     return options or None
 
 
+# The most a request body hands to one sendall. urllib3 sends the body with the socket's
+# timeout set to the *connect* timeout, and a sendall (or, on https, an SSL write) must
+# finish as a whole within the socket's timeout, not per packet: a whole 60 MiB frame in
+# one call needs 12 MiB/s for 5 s, or the request fails, and every retry with it. One
+# MiB per call needs 200 KiB/s, and takes the GIL back 16 times per 16 MiB (urllib3's
+# own blocks: 128 times).
+_SEND_BLOCK = 1 * MiB
+
+
 class _Buffers:
     """A request body of several buffers that goes out without being joined.
 
     botocore turns a ``bytes`` body of PutObject or UploadPart into a ``BytesIO``, which
-    urllib3 sends 16 KiB at a time: a Python loop that takes the GIL back about a
-    thousand times per 16 MiB, from the training loop's thread. Joining the frames
+    urllib3 sends 128 KiB at a time: a Python loop that takes the GIL back over a
+    hundred times per 16 MiB, from the training loop's thread. Joining the frames
     first is a copy of the whole payload under the GIL (page faults included: 12 ms per
     16 MiB here), during which the loop cannot run Python at all. This body is a reader
-    whose ``read`` hands out one whole buffer at a time, however much was asked for:
-    urllib3 and http.client pass each to one ``sendall``, which releases the GIL for the
-    whole buffer. Its length is known (``len``), so the request has a Content-Length.
+    whose ``read`` hands out the buffers as they lie, in slices of up to
+    ``_SEND_BLOCK`` however much was asked for: urllib3 and http.client pass each to
+    one ``sendall``, which releases the GIL for all of it. Not a whole frame at once:
+    the socket's timeout bounds each call, so a frame too large to cross the link
+    within it would fail every attempt (see ``_SEND_BLOCK``). Its length is known
+    (``len``), so the request has a Content-Length.
 
     Only for bodies whose checksum is given (ChecksumCRC32C): botocore computes a
     checksum by reading the body in blocks of its own size.
@@ -303,7 +315,8 @@ class _Buffers:
     def __init__(self, views: list[memoryview]) -> None:
         self._views = [v for v in views if v.nbytes]
         self._size = sum(v.nbytes for v in self._views)
-        self._next = 0
+        self._next = 0  # the buffer being read
+        self._offset = 0  # how far into it
         self._pos = 0
 
     def __len__(self) -> int:
@@ -313,15 +326,18 @@ class _Buffers:
         if self._next >= len(self._views):
             return b""
         view = self._views[self._next]
-        self._next += 1
-        self._pos += view.nbytes
-        return view
+        chunk = view[self._offset : self._offset + _SEND_BLOCK]
+        self._offset += chunk.nbytes
+        if self._offset >= view.nbytes:
+            self._next, self._offset = self._next + 1, 0
+        self._pos += chunk.nbytes
+        return chunk
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if (offset, whence) not in ((0, 0), (self._pos, 0), (0, 1)):
             raise OSError(f"this request body can only be rewound (seek({offset}, {whence}))")
         if (offset, whence) == (0, 0):
-            self._next = self._pos = 0
+            self._next = self._offset = self._pos = 0
         return self._pos
 
     def tell(self) -> int:
@@ -675,9 +691,9 @@ class S3Store:
                 checksum["ChecksumCRC32C"] = _crc32c_header(crcs[number - 1])
             elif self.checksums:
                 checksum["ChecksumAlgorithm"] = "CRC32"
-            # With its CRC32C known, a part goes out from the frames it lies in, one
-            # sendall per frame (_Buffers); without, botocore reads bytes to compute a
-            # CRC32, so the part is joined (a part's size per worker).
+            # With its CRC32C known, a part goes out from the frames it lies in, in
+            # sendalls of up to a MiB (_Buffers); without, botocore reads bytes to
+            # compute a CRC32, so the part is joined (a part's size per worker).
             body: Any = _Buffers(segments) if crcs is not None else b"".join(segments)
 
             def attempt() -> dict[str, Any]:
