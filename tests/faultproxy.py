@@ -16,7 +16,8 @@ so signatures still validate) and fails a fixed share of requests:
 - ``empty_200`` / ``html_200``: 200 with an empty body / an HTML page (a misbehaving
   gateway), request never reaches the server; not in the default mix either
 
-``match=b"partNumber=2"`` limits faults to requests whose request line contains it.
+``match=b"partNumber=2"`` limits faults to requests whose request line contains it;
+``limit=1`` to the first one (a request that fails once, then goes through).
 
 The schedule is deterministic per request number (seeded private RNG). One request
 per connection (``Connection: close``) keeps request framing trivial.
@@ -98,6 +99,7 @@ class FaultProxy:
         delay: float = 0.3,
         port: int = 0,
         match: bytes | None = None,
+        limit: int | None = None,
     ) -> None:
         unknown = set(kinds) - set(KINDS) - set(EXTRA_KINDS)
         if unknown:
@@ -108,6 +110,7 @@ class FaultProxy:
         self.kinds = tuple(kinds)
         self.delay = delay
         self.match = match  # only requests whose request line contains this get faults
+        self.limit = limit  # at most this many faults in all, then everything is relayed
         self.enabled = True
         self.requests = 0
         self.faults: collections.Counter[str] = collections.Counter()
@@ -176,6 +179,8 @@ class FaultProxy:
             roll, pick = self._rng.random(), self._rng.randrange(len(self.kinds))
             matched = self.match is None or self.match in request_line
             if not self.enabled or not matched or roll >= self.rate:
+                return None
+            if self.limit is not None and self.fault_count >= self.limit:
                 return None
             kind = self.kinds[pick]
             self.faults[kind] += 1

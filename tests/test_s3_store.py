@@ -429,16 +429,8 @@ def test_parts_sent_from_the_snapshot_are_resent_intact_after_a_fault(
 
     monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "30")
     url = moto_server.new_store_url()
-    proxy = fault_proxy(moto_server, rate=1.0, kinds=[kind], match=b"partNumber=2")
-    decide = proxy._decide
-
-    def once(request_line: bytes) -> str | None:  # part 2 fails on its first try only
-        fault = decide(request_line)
-        if fault is not None:
-            proxy.enabled = False
-        return fault
-
-    proxy._decide = once  # type: ignore[method-assign]
+    # part 2 fails on its first try only
+    proxy = fault_proxy(moto_server, rate=1.0, kinds=[kind], match=b"partNumber=2", limit=1)
     s3_env(moto_server, endpoint=proxy.endpoint)
     frames = [b"pickle stream", bytearray(random.Random(3).randbytes(16 * MiB + 7))]
     payload = _format.encode(frames, kind="ckpt", serializer="pickle", step=1, created=0.0)
@@ -484,16 +476,8 @@ def test_a_payload_goes_out_in_mib_slices_and_is_resent_intact_after_a_fault(
 
     monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "30")
     url = s3_server.new_store_url()
-    proxy = fault_proxy(s3_server, rate=1.0, kinds=[kind], match=b"ckpt-one")
-    decide = proxy._decide
-
-    def once(request_line: bytes) -> str | None:  # the PUT fails on its first try only
-        fault = decide(request_line)
-        if fault is not None:
-            proxy.enabled = False
-        return fault
-
-    proxy._decide = once  # type: ignore[method-assign]
+    # the PUT fails on its first try only
+    proxy = fault_proxy(s3_server, rate=1.0, kinds=[kind], match=b"ckpt-one", limit=1)
     s3_env(s3_server, endpoint=proxy.endpoint)
     big = 16 * MiB + 7
     frames = [b"pickle stream", bytearray(random.Random(5).randbytes(big))]
