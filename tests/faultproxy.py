@@ -19,6 +19,12 @@ so signatures still validate) and fails a fixed share of requests:
 ``match=b"partNumber=2"`` limits faults to requests whose request line contains it;
 ``limit=1`` to the first one (a request that fails once, then goes through).
 
+``reject_checksums="400"`` (or ``"501"``) plays an S3-compatible server that does not
+take S3's flexible checksums: every request carrying an ``x-amz-checksum-*`` or
+``x-amz-sdk-checksum-algorithm`` header is answered ``400 InvalidArgument`` (as OVH
+answers) or ``501 NotImplemented`` and never reaches the server; the others are relayed
+(and faulted as usual). ``rejected`` counts them.
+
 The schedule is deterministic per request number (seeded private RNG). One request
 per connection (``Connection: close``) keeps request framing trivial.
 
@@ -100,6 +106,7 @@ class FaultProxy:
         port: int = 0,
         match: bytes | None = None,
         limit: int | None = None,
+        reject_checksums: str | None = None,
     ) -> None:
         unknown = set(kinds) - set(KINDS) - set(EXTRA_KINDS)
         if unknown:
@@ -111,6 +118,10 @@ class FaultProxy:
         self.delay = delay
         self.match = match  # only requests whose request line contains this get faults
         self.limit = limit  # at most this many faults in all, then everything is relayed
+        if reject_checksums not in (None, "400", "501"):
+            raise ValueError(f"reject_checksums={reject_checksums!r}; use '400' or '501'")
+        self.reject_checksums = reject_checksums
+        self.rejected = 0
         self.enabled = True
         self.requests = 0
         self.faults: collections.Counter[str] = collections.Counter()
@@ -193,6 +204,8 @@ class FaultProxy:
             head = _read_head(client, buffer)
             if head is None:
                 return
+            if self.reject_checksums and self._rejects(client, head, buffer):
+                return
             fault = self._decide(head.split(b"\r\n", 1)[0])
             if fault == "slowdown":
                 client.sendall(
@@ -229,6 +242,33 @@ class FaultProxy:
             with contextlib.suppress(OSError):
                 client.shutdown(socket.SHUT_RDWR)
             client.close()
+
+    def _rejects(self, client: socket.socket, head: bytes, early: bytearray) -> bool:
+        """Answer a request with checksum headers as a server without them does."""
+        headers = _headers(head)
+        if not any(h.startswith("x-amz-checksum-") or h == "x-amz-sdk-checksum-algorithm"
+                   for h in headers):
+            return False
+        if headers.get("expect", "").lower() != "100-continue":
+            # The body is on its way: take it all, or closing would reset the connection
+            # before the client reads the answer.
+            remaining = int(headers.get("content-length", "0") or 0) - len(early)
+            while remaining > 0:
+                chunk = client.recv(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+        with self._lock:
+            self.rejected += 1
+        if self.reject_checksums == "501":
+            client.sendall(_error_response(
+                501, "Not Implemented", "NotImplemented",
+                "A header you provided implies functionality that is not implemented"))
+        else:
+            client.sendall(_error_response(
+                400, "Bad Request", "InvalidArgument",
+                "x-amz-checksum-crc32c: checksum algorithm not supported"))
+        return True
 
     def _relay(self, client: socket.socket, head: bytes, early: bytearray, *, cut: bool) -> None:
         length = int(_headers(head).get("content-length", "0") or 0)

@@ -541,3 +541,49 @@ def test_a_large_frame_crosses_a_slow_link(
     assert store.checksums
     s3_env(s3_server)
     assert bytes(S3Store.from_url(url).get("run/ckpt-far") or b"") == _joined(payload)
+
+
+@pytest.mark.parametrize("answer", ["400", "501"])
+def test_a_server_that_rejects_checksums_still_gets_every_save(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    answer: str,
+) -> None:
+    """Some S3-compatible services refuse S3's flexible checksums: OVH answers a
+    PutObject carrying ``x-amz-checksum-crc32c`` with 400 InvalidArgument, others with
+    501 NotImplemented. A run on one must still save, claim and finish: its single
+    PutObjects (attempt records, small checkpoints, the result) and its multipart
+    uploads go out without the checksum headers, after one warning, and everything
+    reads back verified (the format's own CRC32C)."""
+    from resumable import checkpointed
+
+    monkeypatch.setenv("RESUMABLE_SYNC", "1")  # every yield saved: two of each kind
+    url = s3_server.new_store_url() + f"?multipart_threshold={5 * MiB}&part_size={5 * MiB}"
+    proxy = fault_proxy(s3_server, rate=0.0, reject_checksums=answer)
+    s3_env(s3_server, endpoint=proxy.endpoint)
+    big = random.Random(3).randbytes(6 * MiB)
+
+    def body(state: Any = None) -> Any:
+        state = state or {"n": 0, "blob": b""}
+        while state["n"] < 4:
+            # Steps 2 and 4 go up in parts, 1 and 3 in one PutObject.
+            state = {"n": state["n"] + 1, "blob": big if state["n"] % 2 else b"small"}
+            yield state
+        return state["n"]
+
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        result = checkpointed(every="generation", store=url, run_id="picky", keep=None)(body)()
+    assert result == 4
+    assert proxy.rejected >= 1  # the first request with a checksum header was refused
+    warned = [r for r in caplog.records if "rejects S3 checksums" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    # Straight to the server: every object is there and verifies.
+    s3_env(s3_server)
+    store = S3Store.from_url(url)
+    names = [k.rsplit("/", 1)[1] for k in store.list("picky/")]
+    assert sum(n.startswith("ckpt") for n in names) == 4, names
+    again = checkpointed(every="generation", store=url, run_id="picky", keep=None)(body)()
+    assert again == 4  # read back from the stored, verified result

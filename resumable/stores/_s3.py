@@ -395,6 +395,14 @@ def _range_total(response: Any) -> int | None:
     return None
 
 
+def _rejects_checksums(exc: botocore.exceptions.ClientError) -> bool:
+    """A refusal of S3's flexible checksums, not of the request: 400 or 501 naming them
+    (OVH: 400 InvalidArgument "x-amz-checksum-crc32c ..."), or 501 NotImplemented (the
+    header "implies functionality that is not implemented")."""
+    code, status = error_code(exc)
+    return status in (400, 501) and ("checksum" in str(exc).lower() or code == "NotImplemented")
+
+
 class _ObjectChanged(Exception):
     """The object was replaced while a ranged download was in progress."""
 
@@ -576,10 +584,17 @@ class S3Store:
             nonlocal ambiguous
             if isinstance(body, _Buffers):
                 body.seek(0)  # a retry sends it again from the start
+            if not self.checksums:  # the server rejected them (this put or another)
+                kwargs.pop("ChecksumCRC32C", None)
+                kwargs.pop("ChecksumAlgorithm", None)
             try:
                 self._client.put_object(**kwargs)
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc)
+                if self.checksums and _rejects_checksums(exc):
+                    # Refused before the server took anything: send it again without.
+                    self._without_checksums(code)
+                    return attempt()
                 if if_absent and (code == "PreconditionFailed" or status == 412):
                     # If an earlier attempt of ours may have landed before its response
                     # was lost, the object we collide with may be our own.
@@ -669,17 +684,23 @@ class S3Store:
                     Bucket=self.bucket, Key=full, ChecksumAlgorithm=algorithm, **self._extra
                 )
             except botocore.exceptions.ClientError as exc:
-                code, status = error_code(exc)
-                about_checksums = "checksum" in str(exc).lower() or code == "NotImplemented"
-                if status not in (400, 501) or not about_checksums:
+                if not _rejects_checksums(exc):
                     raise
-                log.warning(
-                    "%s: the server rejects S3 checksums (%s); uploading without them",
-                    self.url,
-                    code,
-                )
-                self.checksums = False
+                self._without_checksums(error_code(exc)[0])
         return self._client.create_multipart_upload(Bucket=self.bucket, Key=full, **self._extra)
+
+    def _without_checksums(self, code: str) -> None:
+        """The server refused a request for its checksum headers: none from now on.
+
+        Uploads then carry no S3 checksum; what is read back is still verified against
+        the format's own CRC32C (or signature)."""
+        with _clients_lock:
+            if not self.checksums:
+                return
+            self.checksums = False
+        log.warning("%s: the server rejects S3 checksums (%s); uploading without them "
+                    "(reads are still verified; `?checksums=off` in the store URL skips "
+                    "this first refused request)", self.url, code)
 
     def _upload_parts(
         self, key: str, full: str, upload_id: str, parts: list[list[memoryview]],
