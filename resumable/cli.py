@@ -582,11 +582,20 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
     """`resumable show STORE` with the run id forgotten: say so, and name runs there."""
     try:
         store = open_store(store_text)
-        runs, folders = _group_runs(store.list(""))
+        keys = store.list("")
+        runs, folders = _group_runs(keys)
     except (ResumableError, OSError) as err:
         return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID` ({err})",
                         EXIT_CONFIG)
     names = sorted(runs)
+    base, q, query = store_text.partition("?")
+    parent, _, name = base.rstrip("/").rpartition("/")
+    if (not names and any("/" not in k and _kind_of(k) for k in keys)
+            and parent and not parent.endswith((":", "/"))):  # not a bucket or a root
+        # The run's own folder given as the store: its objects lie at the top.
+        return CliError(f"RUN_ID is missing: {store_text} is the folder of run {name!r}, "
+                        f"not a store; e.g. `{PROG} {command} {parent}{q}{query} {name}`",
+                        EXIT_CONFIG)
     if names:
         listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "

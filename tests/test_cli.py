@@ -518,3 +518,16 @@ def test_rm_of_a_run_leaves_keys_in_folders_below_it(tmp_path: Path) -> None:
         assert not (root / "done" / "result").exists()
         left = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
         assert left == inner, args
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "rm"])
+def test_a_run_folder_given_as_the_store_names_the_store_and_run(
+    store: Path, command: str
+) -> None:
+    """`resumable show STORE/done` (the run's folder, no RUN_ID): the hint is the command
+    with the store and the run id split, not `ls` of the run folder, which lists no runs."""
+    proc = cli(command, str(store / "done"))
+    assert_one_line_error(proc)
+    assert proc.returncode == EXIT_CONFIG
+    assert f"`resumable {command} {store} done`" in proc.stderr, proc.stderr
+    assert (store / "done" / "result").exists()
