@@ -147,17 +147,34 @@ def _name_step(name: str) -> int | None:
 
 
 def _run_names(store: Store, run_id: str) -> list[str]:
+    """The names of the objects directly in the run's folder. A key in a folder below
+    it (``<run_id>/<run>/ckpt-...``: ``run_id`` is then a folder of runs) is no object
+    of the run: the library writes none there."""
     prefix = f"{run_id}/"
-    return [k[len(prefix):] for k in store.list(prefix)]
+    return [k[len(prefix):] for k in store.list(prefix) if "/" not in k[len(prefix):]]
 
 
 def _require_run(store: Store, run_id: str) -> list[str]:
+    """The run's object names; a CliError (exit 66) when ``run_id`` names no run: nothing
+    there, a folder of runs, or a folder with no object the library writes (someone
+    else's data, which `rm` must never delete: `ls` does not list it as a run either)."""
     validate_run_id(run_id, "RUN_ID")
     names = _run_names(store, run_id)
-    if not names:
-        raise CliError(f"no run {run_id!r} in {store.url} (list the runs with "
-                       f"`resumable ls {store.url}`)", EXIT_NOT_FOUND)
-    return names
+    if any(_kind_of(n) for n in names):
+        return names
+    listing = f"list the runs with `{PROG} ls {store.url}`"
+    if names:
+        raise CliError(
+            f"{run_id!r} in {store.url} is not a run: its {len(names)} object(s) "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not written "
+            f"by resumable; nothing was done ({listing})", EXIT_NOT_FOUND)
+    if store.list(f"{run_id}/"):
+        below = _below(store.url, run_id)
+        raise CliError(
+            f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
+            f"done: list them with `{PROG} ls {below}`, then name one "
+            f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
+    raise CliError(f"no run {run_id!r} in {store.url} ({listing})", EXIT_NOT_FOUND)
 
 
 def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | None:
@@ -457,7 +474,7 @@ def _rm_completed(args: argparse.Namespace) -> int:
     runs: dict[str, list[str]] = {}
     for key in store.list(""):
         run_id, sep, name = key.partition("/")
-        if sep and name:
+        if sep and name and "/" not in name:  # a folder below a run holds none of it
             runs.setdefault(run_id, []).append(name)
     doomed: list[tuple[str, list[str], str]] = []
     now = time.time()
@@ -565,11 +582,20 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
     """`resumable show STORE` with the run id forgotten: say so, and name runs there."""
     try:
         store = open_store(store_text)
-        runs, folders = _group_runs(store.list(""))
+        keys = store.list("")
+        runs, folders = _group_runs(keys)
     except (ResumableError, OSError) as err:
         return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID` ({err})",
                         EXIT_CONFIG)
     names = sorted(runs)
+    base, q, query = store_text.partition("?")
+    parent, _, name = base.rstrip("/").rpartition("/")
+    if (not names and any("/" not in k and _kind_of(k) for k in keys)
+            and parent and not parent.endswith((":", "/"))):  # not a bucket or a root
+        # The run's own folder given as the store: its objects lie at the top.
+        return CliError(f"RUN_ID is missing: {store_text} is the folder of run {name!r}, "
+                        f"not a store; e.g. `{PROG} {command} {parent}{q}{query} {name}`",
+                        EXIT_CONFIG)
     if names:
         listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "

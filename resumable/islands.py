@@ -24,6 +24,7 @@ and a body that is not deterministic is caught at its first migration.
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 import random
@@ -47,6 +48,7 @@ from .stores import Store, join_payload, open_store
 TIMEOUT_ENV = "RESUMABLE_MIGRATION_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0  # seconds: long enough for a killed pod to be replaced and catch up
 KIND = "migrants"
+PLAN = "plan"  # <experiment>/plan: the plan every island of the experiment must share
 Topology = str | Mapping[int, Sequence[int]]
 
 
@@ -144,6 +146,52 @@ class Archipelago:
         self._key = _signing_key(signing_key)
         self._serializer = get_serializer(serializer)
         self._jitter = random.Random()  # private: never draws from the captured global RNG
+        self._plan_checked = False
+
+    def plan(self) -> dict[str, Any]:
+        """What every island of the experiment must agree on: which generations migrate,
+        who receives from whom, and how migrants are serialized."""
+        return {"islands": self.islands, "every": self.every,
+                "sources": {str(i): list(s) for i, s in sorted(self.sources.items())},
+                "serializer": self._serializer.name}
+
+    def _check_plan(self) -> None:
+        """Record the plan at the experiment's first migration (create-only), and refuse
+        to migrate under another one: a restarted island with another ``islands``,
+        ``topology``, ``every`` or serializer would otherwise read other neighbours'
+        migrants than before (a silently different result) or wait for generations
+        that are never published (a MigrationError after the timeout)."""
+        if self._plan_checked:
+            return
+        key = f"{self.experiment}/{PLAN}"
+        where = f"{self.store.url.rstrip('/')}/{key}"
+        ours = json.dumps(self.plan(), sort_keys=True, separators=(",", ":")).encode()
+        data = _format.encode([ours], kind=PLAN, serializer="raw", created=0.0, name=key,
+                              key=self._key)
+        if not self.store.put_if_absent(key, data):
+            existing = self.store.get(key)
+            if existing is None:  # deleted in between: the next migration records it again
+                return
+            try:
+                theirs = bytes(_format.decode(existing, key=self._key, kind=PLAN,
+                                              name=key).frames[0])
+            except _format.InvalidObject as err:
+                error: Callable[[str], Exception] = (
+                    CheckpointTamperedError if err.tampered else CheckpointCorruptError)
+                raise error(
+                    f"the plan of experiment {self.experiment!r} at {where} fails "
+                    f"verification: {err.reason}. Check the signing key "
+                    "($RESUMABLE_SIGNING_KEY) and the store, or start a new experiment."
+                ) from None
+            if theirs != ours:
+                raise ConfigurationError(
+                    f"experiment {self.experiment!r} in {self.store.url} migrates under the "
+                    f"plan {theirs.decode(errors='replace')} ({where}), but this Archipelago "
+                    f"has {ours.decode()}: every island of an experiment, in every restart, "
+                    "needs the same islands, topology, every and serializer. Fix this "
+                    "island's settings, or use a new experiment name for a new plan."
+                )
+        self._plan_checked = True
 
     def key(self, island: int, generation: int) -> str:
         island = self._check_island(island)
@@ -174,6 +222,7 @@ class Archipelago:
         island = self._check_island(island)
         generation = _integer("generation", generation, 0, "an int >= 0")
         key = self.key(island, generation)
+        self._check_plan()
         what = f"the emigrants at {self.where(island, generation)}"
         frames = dumps_frames(self._serializer, emigrants, what, root="emigrants")
         # created is the generation, not the clock: a replayed publish gives the same bytes.

@@ -17,7 +17,7 @@ from resumable import _format, checkpointed
 from resumable import cli as resumable_cli
 from resumable._decorator import _signing_key as library_signing_key
 from resumable._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ConfigurationError
-from resumable.stores import Store
+from resumable.stores import Store, open_store
 from resumable.stores import _registry as stores_registry
 from resumable.stores._local import LocalStore
 from resumable.stores._memory import MemoryStore
@@ -40,7 +40,7 @@ def count_up(n: int, fail_after: int | None = None, *, state: int | None = None)
     return state
 
 
-def populate(store: Path, run_id: str, *, n: int = 5, fail_after: int | None = None,
+def populate(store: Path | str, run_id: str, *, n: int = 5, fail_after: int | None = None,
              signing_key: str | None = None) -> None:
     f = checkpointed(store=str(store), run_id=run_id, keep=None, signing_key=signing_key)(
         count_up
@@ -461,3 +461,73 @@ def test_show_marks_a_call_record_with_an_impossible_start_time_unreadable(
     assert resumable_cli.main(["show", "--json", str(tmp_path), "r1"]) == 0
     history = json.loads(capsys.readouterr().out)["history"]
     assert [h["object"] for h in history if h.get("problem")] == ["call-00000009"]
+
+
+@pytest.fixture(params=["local", "moto"])
+def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a folder, or a prefix of a new bucket on moto's server."""
+    if request.param == "local":
+        return (tmp_path / "store").as_uri()
+    server = request.getfixturevalue("moto_server")
+    request.getfixturevalue("s3_env")(server)
+    url: str = server.new_store_url()
+    return url
+
+
+def test_rm_show_and_verify_take_only_a_run_never_a_folder_of_runs_or_foreign_data(
+    any_store_url: str
+) -> None:
+    """`rm STORE exp` where exp is a folder of runs (the folder `ls STORE` itself suggests)
+    or a folder of someone else's files is not a run: rm refuses (exit 66) naming the
+    folder and what to do, and deletes nothing; show and verify refuse the same way."""
+    store = open_store(any_store_url)
+    populate(f"{any_store_url}/exp", "r1", n=2)
+    populate(f"{any_store_url}/exp", "r2", n=2)
+    store.put("datasets/train.csv", [b"a,b\n1,2\n"])
+    before = sorted(store.list(""))
+    assert len(before) > 10
+    for name, hint in (("exp", f"resumable ls {any_store_url}/exp"),
+                       ("datasets", "not written by resumable")):
+        for args in (["rm", any_store_url, name, "--yes"], ["show", any_store_url, name],
+                     ["verify", any_store_url, name]):
+            proc = cli(*args)
+            assert_one_line_error(proc)
+            assert proc.returncode == resumable_cli.EXIT_NOT_FOUND, proc.stderr
+            assert f"{name!r}" in proc.stderr and any_store_url in proc.stderr, proc.stderr
+            assert hint in proc.stderr, proc.stderr
+            assert sorted(store.list("")) == before, args
+    # A real run one level down is still removed, its folder's neighbours untouched.
+    proc = cli("rm", f"{any_store_url}/exp", "r1", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert not store.list("exp/r1/") and store.list("exp/r2/") and store.list("datasets/")
+
+
+def test_rm_of_a_run_leaves_keys_in_folders_below_it(tmp_path: Path) -> None:
+    """A run's objects are the ones directly in its folder: rm (and rm --completed) never
+    reach into a folder below it, which holds no object of the run."""
+    for i, args in enumerate((["rm", "{store}", "done", "--yes"],
+                              ["rm", "--completed", "{store}", "--yes"])):
+        root = tmp_path / str(i)
+        populate(root, "done", n=2)
+        populate(root / "done" / "nested", "inner", n=2)
+        folder = root / "done" / "nested" / "inner"
+        inner = sorted(p.name for p in folder.iterdir())
+        assert "result" in inner
+        proc = cli(*[a.format(store=root) for a in args])
+        assert proc.returncode == 0, proc.stderr
+        assert not (root / "done" / "result").exists()
+        left = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+        assert left == inner, args
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "rm"])
+def test_a_run_folder_given_as_the_store_names_the_store_and_run(
+    store: Path, command: str
+) -> None:
+    """`resumable show STORE/done` (the run's folder, no RUN_ID): the hint is the command
+    with the store and the run id split, not `ls` of the run folder, which lists no runs."""
+    proc = cli(command, str(store / "done"))
+    assert_one_line_error(proc)
+    assert proc.returncode == EXIT_CONFIG
+    assert f"`resumable {command} {store} done`" in proc.stderr, proc.stderr
+    assert (store / "done" / "result").exists()

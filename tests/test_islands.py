@@ -64,7 +64,8 @@ def test_migrate_publishes_and_receives_only_on_due_generations(memory_url: str)
     arch[1].publish(1, 4, {"from": 1})
     assert arch[0].migrate(0, 4, {"from": 0}) == [{"from": 1}]
     assert arch[1].migrate(1, 4, {"from": 1}) == [{"from": 0}]  # republish: identical
-    assert open_store(memory_url).list("exp/") == ["exp/migrants/0/4", "exp/migrants/1/4"]
+    assert open_store(memory_url).list("exp/") == ["exp/migrants/0/4", "exp/migrants/1/4",
+                                                   "exp/plan"]
 
 
 @given(emigrants=st.recursive(
@@ -348,3 +349,33 @@ def test_numpy_integers_are_islands_and_generations(tmp_path: Path) -> None:
     a.publish(np.int64(0), np.int64(1), ["from 0"])
     assert a.migrate(np.int64(1), np.int32(1), ["from 1"]) == [["from 0"]]
     assert a.key(np.int64(1), np.int64(1)) == "e/migrants/1/1"
+
+
+@pytest.mark.parametrize(("changed", "generation", "expect"), [
+    ({"islands": 3}, 6, "silently reads island 2 where it read island 3"),
+    ({"every": 3}, 3, "MigrationError: waits for island 3's generation 3, never published"),
+    ({"topology": "full"}, 6, "silently reads islands 1 to 3 where it read island 3"),
+])
+def test_an_island_restarted_with_another_plan_is_refused(
+    store_url: str, changed: dict[str, Any], generation: int, expect: str
+) -> None:
+    """A restarted island whose Archipelago has other islands, every or topology than the
+    experiment's: ConfigurationError (exit 78) naming both plans, before it publishes or
+    reads anything, instead of a different result or a wait until the timeout."""
+    plan: dict[str, Any] = {"islands": 4, "topology": "ring", "every": 2, "timeout": 5}
+    for island in range(4):
+        Archipelago(store_url, "exp", **plan).publish(island, 2, f"i{island}g2")
+    assert Archipelago(store_url, "exp", **plan).migrate(0, 2, "i0g2") == ["i3g2"]
+    for island in (1, 2, 3):  # their next migration, before island 0 died and came back
+        Archipelago(store_url, "exp", **plan).publish(island, 6, f"i{island}g6")
+    before = sorted(open_store(store_url).list("exp/"))
+    restarted = Archipelago(store_url, "exp", **{**plan, **changed, "timeout": 2})
+    with pytest.raises(ConfigurationError) as info:  # old code: expect
+        restarted.migrate(0, generation, "i0g6")
+    message = str(info.value)
+    assert "'exp'" in message and "exp/plan" in message and "new experiment" in message
+    assert info.value.exit_code == 78
+    assert sorted(open_store(store_url).list("exp/")) == before
+    # The same plan, spelled as a mapping, in a new process: the restart goes on.
+    same = {**plan, "topology": {i: [(i - 1) % 4] for i in range(4)}}
+    assert Archipelago(store_url, "exp", **same).migrate(0, 6, "i0g6") == ["i3g6"]
