@@ -405,7 +405,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
                           "objects": [asdict(i) for i in infos], "history": history},
                          indent=2))
-        return 0
+        return _verdict(args, store, infos) if args.verify else 0
     print(f"run {args.run_id} in {store.url}")
     print(_table(
         ["OBJECT", "KIND", "STEP", "EPOCH", "CREATED (UTC)", "BYTES", "SERIALIZER", "SIGNED",
@@ -417,7 +417,25 @@ def cmd_show(args: argparse.Namespace) -> int:
          for i in infos],
     ))
     _print_history(history)
-    return 0
+    return _verdict(args, store, infos) if args.verify else 0
+
+
+def _foreign(info: ObjectInfo) -> bool:
+    """An object whose name the library never writes in a run's folder (someone's
+    notes, a tool's marker): never read, so its content is no damage to the run."""
+    return not _kind_of(info.name)
+
+
+def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) -> int:
+    """0 when every object of the run verified; else the error line and the exit code
+    (tampered or corrupt) that `verify` and `show --verify` share."""
+    bad = [i for i in infos if i.problem and not _foreign(i)]
+    if not bad:
+        return 0
+    print(f"{PROG}: error: {len(bad)} of {len(infos)} object(s) of run {args.run_id!r} in "
+          f"{store.url} fail verification: {', '.join(i.name for i in bad)}",
+          file=sys.stderr)
+    return EXIT_TAMPERED if any(i.tampered for i in bad) else EXIT_CORRUPT
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -425,22 +443,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     names = _require_run(store, args.run_id)
     key = _signing_key(args.signing_key_env)
     infos = [_inspect(store, args.run_id, n, key) for n in names]
-    bad = [i for i in infos if i.problem]
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
     for info in infos:
+        if info.problem and _foreign(info):
+            print(f"skip  {info.name}: not an object resumable writes, never read "
+                  f"({info.problem})")
+            continue
         print(f"{'FAIL' if info.problem else 'ok  '}  {info.name}"
               + (f": {info.problem}" if info.problem else ""))
     unchecked = [i for i in infos if i.signed and not i.signature_checked and not i.problem]
     if unchecked:
         print(f"note: {len(unchecked)} object(s) are signed but no key is set; only checksums "
               f"were checked (set ${args.signing_key_env})", file=sys.stderr)
-    if bad:
-        tampered = any(i.tampered for i in bad)
-        print(f"{PROG}: error: {len(bad)} of {len(infos)} object(s) of run {args.run_id!r} in "
-              f"{store.url} fail verification: {', '.join(i.name for i in bad)}",
-              file=sys.stderr)
-        return EXIT_TAMPERED if tampered else EXIT_CORRUPT
-    print(f"run {args.run_id}: {len(infos)} object(s) verified, {len(ckpts)} checkpoint(s)")
+    failed = _verdict(args, store, infos)
+    if failed:
+        return failed
+    verified = sum(1 for i in infos if not i.problem)
+    print(f"run {args.run_id}: {verified} object(s) verified, {len(ckpts)} checkpoint(s)")
     return 0
 
 
@@ -641,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "show":
             p.add_argument("--verify", action="store_true",
                            help="download every object and verify it as `verify` does "
-                                "(VERIFIED column); without it only headers are read, the "
+                                "(VERIFIED column; exit as `verify` exits); without it only headers are read, the "
                                 "HEADER column says whether each one parses, and --json "
                                 "gives verified: null")
         if name in ("show", "verify"):

@@ -531,3 +531,40 @@ def test_a_run_folder_given_as_the_store_names_the_store_and_run(
     assert proc.returncode == EXIT_CONFIG
     assert f"`resumable {command} {store} done`" in proc.stderr, proc.stderr
     assert (store / "done" / "result").exists()
+
+
+def test_show_verify_fails_as_verify_does_when_a_checkpoint_fails(store: Path) -> None:
+    """`show --verify` verifies "as `verify` does" (its help): a checkpoint that fails
+    makes it exit as `verify` exits, after the table, with the failing object named on
+    stderr; a script that runs it learns of the damage. Without --verify nothing is
+    downloaded, so nothing is claimed and it exits 0."""
+    victim = store / "done" / "ckpt-00000001-000000000005"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01
+    victim.write_bytes(bytes(data))
+    for extra in ([], ["--json"]):
+        proc = cli("show", str(store), "done", "--verify", *extra)
+        assert proc.returncode == EXIT_CORRUPT, (extra, proc.stdout, proc.stderr)
+        assert victim.name in proc.stderr and "Traceback" not in proc.stderr
+        assert victim.name in proc.stdout  # the table (or JSON) is still printed
+    assert cli("show", str(store), "done").returncode == 0
+    assert cli("show", str(store), "half", "--verify").returncode == 0
+
+
+def test_verify_reports_a_foreign_file_in_a_run_without_failing(store: Path) -> None:
+    """`verify` fails when an object of the run fails verification (the contract: any
+    checkpoint). A file someone dropped into the run's folder is no object of the run:
+    the library never reads it. It is named (skipped), and verify still exits 0; a
+    damaged checkpoint beside it still fails the run."""
+    (store / "done" / "notes.txt").write_text("what I changed in this run\n")
+    proc = cli("verify", str(store), "done")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    skipped = [line for line in proc.stdout.splitlines() if "notes.txt" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("skip") and "not" in skipped[0]
+    victim = store / "done" / "ckpt-00000001-000000000005"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01
+    victim.write_bytes(bytes(data))
+    proc = cli("verify", str(store), "done")
+    assert proc.returncode == EXIT_CORRUPT
+    assert victim.name in proc.stderr and "notes.txt" not in proc.stderr
