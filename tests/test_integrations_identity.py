@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from resumable import ConfigurationError, SerializationError
+from resumable import ConfigurationError, RunMismatchError, SerializationError
 from resumable.integrations import ask_tell
 from tests.workers import integrations_worker as worker
 
@@ -135,6 +135,22 @@ def test_unidentifiable_part_needs_run_id(tmp_path: Path) -> None:
     assert _runs(tmp_path) == set()
     _onemax_run(tmp_path, evaluate=Opaque(), run_id="onemax-opaque")
     assert _runs(tmp_path) == {"onemax-opaque"}
+
+
+def test_run_id_with_an_unidentifiable_part_still_refuses_other_arguments(
+        tmp_path: Path) -> None:
+    """With run_id= for a toolbox that has a part without a stable value (a pool's map,
+    say), the rest of the call still identifies the run: another mutation probability or
+    seed under that run id is a RunMismatchError, not the stored result of the first
+    configuration; the same call (a rebuilt, equally opaque part) is the same run."""
+    first = _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed")
+    again = _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed")
+    assert [list(i) for i in again[0]] == [list(i) for i in first[0]]
+    with pytest.raises(RunMismatchError):
+        _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed", indpb=0.3)
+    with pytest.raises(RunMismatchError):
+        _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed", seed=99)
+    assert _runs(tmp_path) == {"opaque-fixed"}
 
 
 def test_unpicklable_hall_of_fame_names_the_part_and_cloudpickle_works(tmp_path: Path) -> None:
