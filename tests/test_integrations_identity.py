@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from resumable import ConfigurationError, SerializationError
+from resumable import ConfigurationError, RunMismatchError, SerializationError
 from resumable.integrations import ask_tell
 from tests.workers import integrations_worker as worker
 
@@ -73,6 +73,47 @@ def test_lambdas_are_identified_by_code(tmp_path: Path) -> None:
     assert len(_runs(tmp_path)) == 2
 
 
+def _weighted_run(store: Path, weights: tuple[float, ...], ours: bool = True) -> Any:
+    """OneMax with a fitness of ``weights``, its classes made anew by creator.create as a
+    script edited between two runs makes them (same names, other weights)."""
+    from deap import algorithms, base, creator, tools
+
+    from resumable.integrations.deap import ea_simple
+
+    for name in ("ReviewWeightedFitness", "ReviewWeightedBits"):
+        if hasattr(creator, name):
+            delattr(creator, name)
+    creator.create("ReviewWeightedFitness", base.Fitness, weights=weights)
+    creator.create("ReviewWeightedBits", list, fitness=creator.ReviewWeightedFitness)
+    tb = base.Toolbox()
+    tb.register("attr_bool", random.randint, 0, 1)
+    tb.register("evaluate", worker.onemax)
+    tb.register("mate", tools.cxTwoPoint)
+    tb.register("mutate", tools.mutFlipBit, indpb=0.05)
+    tb.register("select", tools.selTournament, tournsize=3)
+    random.seed(7)
+    pop = [creator.ReviewWeightedBits(random.randint(0, 1) for _ in range(16))
+           for _ in range(10)]
+    if ours:
+        out, _ = ea_simple(pop, tb, 0.5, 0.2, 4, verbose=False, store=str(store))
+    else:
+        out, _ = algorithms.eaSimple(pop, tb, 0.5, 0.2, 4, verbose=False)
+    return [list(i) for i in out], [i.fitness.values for i in out]
+
+
+def test_deap_run_id_follows_the_fitness_weights(tmp_path: Path) -> None:
+    """creator.create's class attributes are configuration: the same script maximizing,
+    then minimizing, is two runs, and the second returns DEAP's minimization, not the
+    stored result of the maximization (the classes have the same names)."""
+    maximized = _weighted_run(tmp_path, (1.0,))
+    assert len(_runs(tmp_path)) == 1
+    assert _weighted_run(tmp_path, (1.0,)) == maximized  # rebuilt classes: the same run
+    assert len(_runs(tmp_path)) == 1
+    minimized = _weighted_run(tmp_path, (-1.0,))
+    assert len(_runs(tmp_path)) == 2
+    assert minimized == _weighted_run(tmp_path, (-1.0,), ours=False) != maximized
+
+
 class Opaque:
     """No attributes and no pickle: nothing to identify it by."""
 
@@ -94,6 +135,22 @@ def test_unidentifiable_part_needs_run_id(tmp_path: Path) -> None:
     assert _runs(tmp_path) == set()
     _onemax_run(tmp_path, evaluate=Opaque(), run_id="onemax-opaque")
     assert _runs(tmp_path) == {"onemax-opaque"}
+
+
+def test_run_id_with_an_unidentifiable_part_still_refuses_other_arguments(
+        tmp_path: Path) -> None:
+    """With run_id= for a toolbox that has a part without a stable value (a pool's map,
+    say), the rest of the call still identifies the run: another mutation probability or
+    seed under that run id is a RunMismatchError, not the stored result of the first
+    configuration; the same call (a rebuilt, equally opaque part) is the same run."""
+    first = _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed")
+    again = _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed")
+    assert [list(i) for i in again[0]] == [list(i) for i in first[0]]
+    with pytest.raises(RunMismatchError):
+        _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed", indpb=0.3)
+    with pytest.raises(RunMismatchError):
+        _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed", seed=99)
+    assert _runs(tmp_path) == {"opaque-fixed"}
 
 
 def test_unpicklable_hall_of_fame_names_the_part_and_cloudpickle_works(tmp_path: Path) -> None:

@@ -162,6 +162,21 @@ def test_sigterm_then_sigkill_on_a_folder(lib: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_pygad_parallel_processing_resumes(sig: int, tmp_path: Path) -> None:
+    """PyGAD with parallel_processing=["thread", 2], stopped in the third generation's
+    fitness calls (checkpoints of generations 0 and 1 exist), then to the end: PyGAD's own
+    result. The thread pool is the live process's: a checkpoint must not bring back the
+    pool's configuration without the pool."""
+    expected, calls = reference("pygad-thread")
+    store = str(tmp_path / "store")
+    at = 8 + 7 + 4  # generation 0 evaluates 8, each later one 7 (keep_elitism=1)
+    assert at < calls
+    _interrupt("pygad-thread", store, at, sig, 0)
+    assert _finish("pygad-thread", store) == expected
+
+
+@pytest.mark.slow
 @pytest.mark.s3
 @pytest.mark.parametrize("lib", LIBS)
 def test_sigkill_on_s3(lib: str, moto_server: MotoServer,
@@ -176,7 +191,7 @@ class _Flaky(Exception):
 
 
 @pytest.mark.parametrize("when", ["first-generation", "mid-run"])
-@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("lib", [*LIBS, "pygad-thread"])
 def test_in_process_restart_gives_the_same_result(lib: str, when: str, memory_url: str) -> None:
     """restarts=1: an objective that raises once (before the first checkpoint, or mid-run)
     is retried from the last checkpoint, or from the caller's objects as they were passed

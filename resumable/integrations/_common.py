@@ -75,8 +75,9 @@ def run_checkpointed(
     A part without a stable value needs ``run_id=`` (or $RESUMABLE_RUN_ID).
     """
     explicit = options.get("run_id") or _settings.RUN_ID.read()
+    parts = identity()
     try:
-        run = digest(identity())
+        run = digest(parts)
     except Unidentifiable as err:
         if not explicit:
             raise ConfigurationError(
@@ -84,7 +85,10 @@ def run_checkpointed(
                 f"same in every process ({err.reason}); pass run_id='<a name for this run>' "
                 "(or set $RESUMABLE_RUN_ID) so a restarted process finds its checkpoints"
             ) from None
-        run = "explicit-run-id"
+        # The run is named; what can be identified still is, so that a call with another
+        # seed or operator parameter under that name is a RunMismatchError, not the stored
+        # state of another configuration.
+        run = digest(stable_parts(parts))
     module, _, qualname = name.rpartition(".")
 
     def gen(run: str, *, state: Any = None) -> Generator[Any, None, Any]:
@@ -92,6 +96,37 @@ def run_checkpointed(
 
     gen.__module__, gen.__qualname__, gen.__name__ = module, qualname, qualname
     return checkpointed(**options)(gen)(run)
+
+
+def stable_parts(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """``parts`` with what has no stable value replaced by its name, one level deep.
+
+    A part that cannot be identified is looked at attribute by attribute (a toolbox's
+    operators, an instance's attributes, a mapping's items): those that can be keep their
+    value, the others become a marker with their path. Never deeper: the parts of an object
+    without a stable value (a pool's processes, their pids) must not reach the digest.
+    """
+    out: dict[str, Any] = {}
+    for name, value in parts.items():
+        if _identifiable(name, value):
+            out[name] = value
+            continue
+        items = value if isinstance(value, Mapping) else getattr(value, "__dict__", None)
+        if not isinstance(items, Mapping):
+            out[name] = f"<no stable value: {name}>"
+            continue
+        out[name] = (type(value), {
+            key: item if _identifiable(f"{name}.{key}", item)
+            else f"<no stable value: {name}.{key}>" for key, item in items.items()})
+    return out
+
+
+def _identifiable(name: str, value: Any) -> bool:
+    try:
+        digest({name: value})
+    except Unidentifiable:
+        return False
+    return True
 
 
 class Pristine:

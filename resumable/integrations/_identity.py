@@ -101,7 +101,15 @@ class _Describer:
         t = type(obj)
         if isinstance(obj, type):
             self.put("type", f"{obj.__module__}.{obj.__qualname__}".encode())
+            if _made_at_run_time(obj):
+                self.walk(obj.__bases__, f"{path}.__bases__", depth + 1)
+                # Not the dunders: pickle caches __slotnames__ on a class it pickled.
+                self.walk({k: v for k, v in vars(obj).items()
+                           if not (k.startswith("__") and k.endswith("__"))},
+                          f"{path}.__dict__", depth + 1)
             return
+        if _made_at_run_time(t):  # an individual, its fitness: their class's attributes count
+            self.walk(t, f"{path}.__class__", depth + 1)
         if isinstance(obj, types.ModuleType):
             self.put("module", obj.__name__.encode())
             return
@@ -218,6 +226,18 @@ class _Describer:
                 self._code(const)
             else:
                 self.put("const", repr(const).encode())
+
+
+# Classes that a library makes at run time from the caller's arguments, whose class
+# attributes are configuration: DEAP's creator.create("FitnessMax", base.Fitness,
+# weights=(1.0,)) puts the weights on the class, so by name alone a maximization and a
+# minimization would be one run. Other classes are identified by name (their code is the
+# program's, see version=).
+_RUN_TIME_CLASS_MODULES = frozenset({"deap.creator"})
+
+
+def _made_at_run_time(klass: type) -> bool:
+    return getattr(klass, "__module__", None) in _RUN_TIME_CLASS_MODULES
 
 
 def _attributes(obj: Any) -> dict[str, Any] | None:

@@ -83,6 +83,12 @@ def run(ga_instance: Any, **options: Any) -> Any:
                 yield snapshot(loop)
             else:
                 vars(ga).update(state["ga"])
+                # parallel_processing's pool belongs to the process that made it and is not
+                # saved (a live attribute), but its configuration is: with the configuration
+                # back and no pool, PyGAD would use the pool it thinks it has. Forget both;
+                # PyGAD makes a new pool at the next fitness call, as run() does.
+                ga._shutdown_fitness_executor()
+                ga._fitness_run_active = True
                 loop = state["loop"]
                 ga.run_start_time = time.monotonic() - loop["elapsed"]
             while not loop["stopped"] and loop["generation"] < loop["last"]:

@@ -2,7 +2,8 @@
 
     python integrations_worker.py LIB STORE [--block-at N] [--reference]
 
-LIB is deap, pygad, pymoo, cma or nevergrad. Prints ``RESULT <sha256>`` of everything the
+LIB is deap, pygad, pymoo, cma or nevergrad (deap-plus, deap-comma and pygad-thread, with
+``parallel_processing=["thread", 2]``, for variants). Prints ``RESULT <sha256>`` of everything the
 call returned (population, fitness, histories...). With ``--block-at N`` the objective
 (DEAP's evaluate, PyGAD's fitness function, pymoo's callback, cma's and nevergrad's
 objective) prints ``BLOCKED`` at its N-th call and waits there for a signal: a SIGTERM
@@ -18,6 +19,7 @@ import hashlib
 import random
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,10 +38,13 @@ class _Blocker:
         self.at: int | None = None
         self.calls = 0
         self.signalled = False
+        self.lock = threading.Lock()  # PyGAD's parallel_processing calls from threads
 
     def tick(self) -> None:
-        self.calls += 1
-        if self.calls != self.at:
+        with self.lock:
+            self.calls += 1
+            calls = self.calls
+        if calls != self.at:
             return
         print("BLOCKED", flush=True)
         while not self.signalled:  # SIGKILL ends this; SIGTERM sets the flag (or raises)
@@ -153,12 +158,14 @@ def on_generation(ga: Any) -> None:
     GENERATIONS_SEEN.append(ga.generations_completed)
 
 
-def _pygad_instance() -> Any:
+def _pygad_instance(parallel: str = "") -> Any:
     import pygad
 
+    extra = {"parallel_processing": [parallel, 2]} if parallel else {}
     return pygad.GA(num_generations=8, num_parents_mating=4, fitness_func=sphere_fitness,
                     sol_per_pop=8, num_genes=4, random_seed=5, suppress_warnings=True,
-                    on_generation=on_generation, save_solutions=True, keep_elitism=1)
+                    on_generation=on_generation, save_solutions=True, keep_elitism=1,
+                    **extra)
 
 
 def _pygad_digest(ga: Any) -> str:
@@ -170,10 +177,10 @@ def _pygad_digest(ga: Any) -> str:
                   ga.python_random_generator.getstate())
 
 
-def _pygad(options: dict[str, Any] | None) -> str:
+def _pygad(options: dict[str, Any] | None, parallel: str = "") -> str:
     from resumable.integrations import pygad as rpygad
 
-    ga = _pygad_instance()
+    ga = _pygad_instance(parallel)
     if options is None:
         ga.run()
     else:
@@ -265,6 +272,8 @@ def run(lib: str, options: dict[str, Any] | None) -> str:
     """The digest of ``lib``'s small run: the library's own (``options=None``) or resumable."""
     if lib.startswith("deap"):
         return _deap(lib.partition("-")[2] or "simple", options)
+    if lib.startswith("pygad-"):  # pygad-thread: parallel_processing=["thread", 2]
+        return _pygad(options, lib.partition("-")[2])
     return {"pygad": _pygad, "pymoo": _pymoo, "cma": _cma, "nevergrad": _nevergrad}[lib](options)
 
 
