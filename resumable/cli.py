@@ -660,9 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "show":
             p.add_argument("--verify", action="store_true",
                            help="download every object and verify it as `verify` does "
-                                "(VERIFIED column; exit as `verify` exits); without it only headers are read, the "
-                                "HEADER column says whether each one parses, and --json "
-                                "gives verified: null")
+                                "(VERIFIED column; exit as `verify` exits); without it "
+                                "only headers are read, the HEADER column says whether "
+                                "each one parses, and --json gives verified: null")
         if name in ("show", "verify"):
             _key_arg(p)
         if name == "rm":
