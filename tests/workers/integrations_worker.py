@@ -40,6 +40,15 @@ class _Blocker:
         self.signalled = False
         self.lock = threading.Lock()  # PyGAD's parallel_processing calls from threads
 
+    # pymoo's checkpoints hold the callback that ticks, and cloudpickle saves this
+    # __main__ object with it: without its lock, which cannot be pickled.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k != "lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self.lock = threading.Lock()
+
     def tick(self) -> None:
         with self.lock:
             self.calls += 1
