@@ -35,7 +35,7 @@ def _runs(store: Path) -> set[str]:
 
 
 def _onemax_run(store: Path, seed: int = 12, indpb: float = 0.05, evaluate: Any = None,
-                **options: Any) -> Any:
+                cxpb: float = 0.5, ngen: int = 3, **options: Any) -> Any:
     from deap import tools
 
     from resumable.integrations.deap import ea_simple
@@ -46,7 +46,7 @@ def _onemax_run(store: Path, seed: int = 12, indpb: float = 0.05, evaluate: Any 
         tb.register("evaluate", evaluate)
     random.seed(seed)
     pop = tb.population(n=10)
-    return ea_simple(pop, tb, 0.5, 0.2, 3, verbose=False, store=str(store), **options)
+    return ea_simple(pop, tb, cxpb, 0.2, ngen, verbose=False, store=str(store), **options)
 
 
 def test_deap_run_id_follows_seed_and_operator_parameters(tmp_path: Path) -> None:
@@ -151,6 +151,81 @@ def test_run_id_with_an_unidentifiable_part_still_refuses_other_arguments(
     with pytest.raises(RunMismatchError):
         _onemax_run(tmp_path, evaluate=Opaque(), run_id="opaque-fixed", seed=99)
     assert _runs(tmp_path) == {"opaque-fixed"}
+
+
+def test_run_mismatch_names_the_library_argument_that_differs(tmp_path: Path) -> None:
+    """Under one run id, another crossover probability is a RunMismatchError that names
+    cxpb and shows both values (the contract: it names the arguments that differ), not
+    an internal digest argument; a toolbox that differs is named as toolbox."""
+    _onemax_run(tmp_path, run_id="fixed")
+    with pytest.raises(RunMismatchError) as err:
+        _onemax_run(tmp_path, run_id="fixed", cxpb=0.6)
+    assert err.value.differences == ("cxpb",)
+    assert "'cxpb' (0.5 in the run, 0.6 in this call)" in str(err.value)
+    with pytest.raises(RunMismatchError) as err:
+        _onemax_run(tmp_path, run_id="fixed", indpb=0.3)
+    assert err.value.differences == ("toolbox",)
+
+
+def test_deap_ignore_ngen_extends_a_finished_run_to_deaps_own_result(tmp_path: Path) -> None:
+    """ignore=["ngen"] leaves ngen out of the run id, as ignore= does for any call: the
+    run of 3 generations, called again with ngen=5, is extended from its last checkpoint,
+    and equals DEAP's own eaSimple with ngen=5 (population and logbook)."""
+    from deap import algorithms
+
+    short = _onemax_run(tmp_path, ngen=3, ignore=["ngen"])
+    assert len(_runs(tmp_path)) == 1 and len(short[1]) == 4
+    pop, log = _onemax_run(tmp_path, ngen=5, ignore=["ngen"])
+    assert len(_runs(tmp_path)) == 1  # the same run, extended
+    tb = worker._deap_toolbox()
+    random.seed(12)
+    ref_pop, ref_log = algorithms.eaSimple(tb.population(n=10), tb, 0.5, 0.2, 5,
+                                           verbose=False)
+    assert [list(i) for i in pop] == [list(i) for i in ref_pop]
+    assert [i.fitness.values for i in pop] == [i.fitness.values for i in ref_pop]
+    assert list(log) == list(ref_log)
+
+
+def test_ignore_takes_only_parts_a_resumed_run_would_use(tmp_path: Path) -> None:
+    """ignore= names parts of the run's identity; a misspelt one lists them. A part that a
+    resumed run takes from its checkpoint (ask_tell's optimizer, PyGAD's attributes,
+    pymoo's termination) cannot be ignored: its new value would be dropped silently."""
+    import cma
+
+    with pytest.raises(ConfigurationError, match=r"'ngenn'.*the parts are .*ngen"):
+        _onemax_run(tmp_path, ignore=["ngenn"])
+    es = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"seed": 3, "verbose": -9})
+    with pytest.raises(ConfigurationError, match="optimizer from its checkpoint"):
+        ask_tell(es, lambda x: float(sum(v * v for v in x)), 4, store=str(tmp_path),
+                 ignore=["optimizer"])
+    from pymoo.algorithms.soo.nonconvex.ga import GA
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize
+
+    with pytest.raises(ConfigurationError, match="termination and setup, from its checkpoint"):
+        minimize(get_problem("sphere", n_var=3), GA(pop_size=6), ("n_gen", 2), seed=1,
+                 store=str(tmp_path), ignore=["termination"])
+    assert _runs(tmp_path) == set()  # refused before anything was written
+
+
+def test_ask_tell_ignore_budget_extends_the_run(tmp_path: Path) -> None:
+    """ask_tell(..., budget, ignore=["budget"]): a finished run of 3 rounds, called with
+    6, goes on from its last round to the same optimizer as 6 rounds in one go."""
+    import cma
+
+    def sphere(x: Any) -> float:
+        return float(sum(v * v for v in x))
+
+    def es() -> Any:
+        return cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"seed": 3, "verbose": -9})
+
+    ask_tell(es(), sphere, 3, store=str(tmp_path), ignore=["budget"])
+    longer = ask_tell(es(), sphere, 6, store=str(tmp_path), ignore=["budget"])
+    assert len(_runs(tmp_path)) == 1
+    whole = ask_tell(es(), sphere, 6, store=str(tmp_path / "whole"))
+    assert longer.countiter == whole.countiter == 6
+    assert np.array_equal(longer.mean, whole.mean)
 
 
 def test_unpicklable_hall_of_fame_names_the_part_and_cloudpickle_works(tmp_path: Path) -> None:

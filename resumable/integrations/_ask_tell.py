@@ -181,8 +181,16 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
                 "optimizer": adapter.identity(optimizer), "objective": objective,
                 "budget": budget}
 
+    def ignorable(part: str) -> str | None:
+        if part in ("budget", "objective"):  # the loop takes this call's: budget extends
+            return None
+        return ("a resumed run takes the optimizer from its checkpoint, so a new one would "
+                "not be used; only budget and objective can be left out of the run's "
+                "identity")
+
     try:
-        final = run_checkpointed("resumable.integrations.ask_tell", identity, body, options)
+        final = run_checkpointed("resumable.integrations.ask_tell", identity, body, options,
+                                 ignorable=ignorable)
     except SerializationError as err:
         if adapter.name == "nevergrad" and "picklability" in str(err):
             _stop_recast(optimizer)

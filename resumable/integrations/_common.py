@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import keyword
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -66,18 +67,25 @@ def run_checkpointed(
     identity: Callable[[], Mapping[str, Any]],
     body: Callable[[Any], Generator[Any, None, Any]],
     options: Mapping[str, Any],
+    *,
+    ignorable: Callable[[str], str | None] | None = None,
 ) -> Any:
     """Run ``body(state)`` under ``@checkpointed(**options)`` as the function ``name``.
 
-    The run id is ``<name>-<hash>`` of the digest of ``identity()`` (what identifies the
-    run: seeds, sizes, operators by name, code and parameters), passed as the one argument
-    of an inner checkpointed function; the live objects reach the body through its closure.
-    A part without a stable value needs ``run_id=`` (or $RESUMABLE_RUN_ID).
+    Each part of ``identity()`` (what identifies the run: seeds, sizes, operators by
+    name, code and parameters) is one argument of an inner checkpointed function, under
+    the part's name: its value when it is a number, a short string or None, else its
+    digest. So the run id derives from them as from any call's arguments,
+    ``RunMismatchError`` names the parts that differ (``cxpb``, not an internal digest),
+    and ``ignore=`` takes part names (``ngen``, ``budget``). The live objects reach the
+    body through its closure. A part without a stable value needs ``run_id=`` (or
+    $RESUMABLE_RUN_ID). ``ignorable(part)`` says why a part cannot be ignored (None: it
+    can); without it every part can.
     """
     explicit = options.get("run_id") or _settings.RUN_ID.read()
     parts = identity()
     try:
-        run = digest(parts)
+        digest(parts)
     except Unidentifiable as err:
         if not explicit:
             raise ConfigurationError(
@@ -88,14 +96,52 @@ def run_checkpointed(
         # The run is named; what can be identified still is, so that a call with another
         # seed or operator parameter under that name is a RunMismatchError, not the stored
         # state of another configuration.
-        run = digest(stable_parts(parts))
+        parts = stable_parts(parts)
+    arguments = {parameter_name(part): _argument(part, value) for part, value in parts.items()}
+    _check_ignorable(name, options, arguments, ignorable)
     module, _, qualname = name.rpartition(".")
 
-    def gen(run: str, *, state: Any = None) -> Generator[Any, None, Any]:
+    def gen(*, state: Any = None, **_parts: Any) -> Generator[Any, None, Any]:
         return (yield from body(state))
 
     gen.__module__, gen.__qualname__, gen.__name__ = module, qualname, qualname
-    return checkpointed(**options)(gen)(run)
+    gen.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in arguments]
+        + [inspect.Parameter("state", inspect.Parameter.KEYWORD_ONLY, default=None)])
+    return checkpointed(**options)(gen)(**arguments)
+
+
+def parameter_name(part: str) -> str:
+    """A part's name as a parameter: ``lambda`` (DEAP's mu+lambda) is ``lambda_``, as in
+    DEAP's own signature; ``class`` is ``class_``."""
+    return part + "_" if keyword.iskeyword(part) or part == "state" else part
+
+
+def _argument(part: str, value: Any) -> Any:
+    """What stands for a part among the inner function's arguments: a number, a short
+    string, a bool or None as itself (messages show it: ``cxpb (0.5 in the run, 0.6 in
+    this call)``), anything else as its digest."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str) and len(value) <= 40:
+        return value
+    return "digest:" + digest({part: value})[:16]
+
+
+def _check_ignorable(name: str, options: Mapping[str, Any], arguments: Mapping[str, Any],
+                     ignorable: Callable[[str], str | None] | None) -> None:
+    """``ignore=`` names parts, and only parts the integration can leave out: one whose
+    new value a resumed run would not use (a library that restores it from the
+    checkpoint) would otherwise be ignored silently."""
+    names = options.get("ignore") or ()
+    for part in ([names] if isinstance(names, str) else list(names)):
+        if part not in arguments:
+            raise ConfigurationError(
+                f"{name}: ignore names {part!r}, which is not a part of this run's identity; "
+                f"the parts are {', '.join(arguments)}")
+        why = ignorable(part) if ignorable is not None else None
+        if why:
+            raise ConfigurationError(f"{name}: ignore={part!r} is not supported: {why}")
 
 
 def stable_parts(parts: Mapping[str, Any]) -> dict[str, Any]:

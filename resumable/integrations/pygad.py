@@ -108,7 +108,12 @@ def run(ga_instance: Any, **options: Any) -> Any:
     def identity() -> dict[str, Any]:
         return {"class": type(ga), "attributes": vars(ga)}
 
-    final = run_checkpointed("resumable.integrations.pygad.run", identity, body, options)
+    final = run_checkpointed(
+        "resumable.integrations.pygad.run", identity, body, options,
+        ignorable=lambda part: (
+            "a PyGAD run is identified by the GA instance's class and attributes together, "
+            "and a resumed run takes the attributes from its checkpoint, so a new value "
+            "would not be used; to run more generations, name a new run (run_id=)"))
     vars(ga).update(final)
     return ga
 

@@ -107,7 +107,12 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
             "setup": {k: v for k, v in setup.items() if k not in _DISPLAY_ONLY},
         }
 
-    res = run_checkpointed("resumable.integrations.pymoo.minimize", identity, body, options)
+    res = run_checkpointed(
+        "resumable.integrations.pymoo.minimize", identity, body, options,
+        ignorable=lambda part: None if part == "problem" else (
+            "a resumed run takes the algorithm, with its termination and setup, from its "
+            "checkpoint, so a new value would not be used; only problem (the caller's is "
+            "always used) can be left out of the run's identity"))
     if not copy_algorithm:  # pymoo then works on (and leaves) the caller's algorithm
         res.algorithm = adopt(algorithm, res.algorithm)
     _reattach(res.algorithm, problem, callback)
