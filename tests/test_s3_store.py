@@ -587,3 +587,43 @@ def test_a_server_that_rejects_checksums_still_gets_every_save(
     assert sum(n.startswith("ckpt") for n in names) == 4, names
     again = checkpointed(every="generation", store=url, run_id="picky", keep=None)(body)()
     assert again == 4  # read back from the stored, verified result
+
+
+class _RefusesPartChecksums(FaultProxy):
+    """A server that takes CreateMultipartUpload's checksum algorithm (or ignores it)
+    but refuses the checksum header of each UploadPart."""
+
+    def _rejects(self, client: Any, head: bytes, early: bytearray) -> bool:
+        if b"partNumber=" not in head.split(b"\r\n", 1)[0]:
+            return False
+        return super()._rejects(client, head, early)
+
+
+@pytest.mark.parametrize("answer", ["400", "501"])
+def test_a_server_that_rejects_only_part_checksums_still_gets_multipart_saves(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+    answer: str,
+) -> None:
+    """The refusal may come at UploadPart, after CreateMultipartUpload went through with
+    its ChecksumAlgorithm: the parts then go again without checksum headers (one
+    warning), as a refused single PutObject does, instead of every large save failing."""
+    url = s3_server.new_store_url() + f"?multipart_threshold={5 * MiB}&part_size={5 * MiB}"
+    proxy = _RefusesPartChecksums(s3_server.endpoint, rate=0.0, reject_checksums=answer).start()
+    try:
+        s3_env(s3_server, endpoint=proxy.endpoint)
+        store = S3Store.from_url(url)
+        data = random.Random(5).randbytes(11 * MiB)  # three parts
+        with caplog.at_level(logging.WARNING, logger="resumable"):
+            store.put("run/ckpt-big", [data])
+            store.put("run/ckpt-big2", [data])
+        assert proxy.rejected >= 1
+        warned = [r for r in caplog.records if "rejects S3 checksums" in r.getMessage()]
+        assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+        s3_env(s3_server)
+        direct = S3Store.from_url(url)
+        assert bytes(direct.get("run/ckpt-big") or b"") == data
+        assert bytes(direct.get("run/ckpt-big2") or b"") == data
+    finally:
+        proxy.stop()

@@ -720,14 +720,25 @@ class S3Store:
             def attempt() -> dict[str, Any]:
                 if isinstance(body, _Buffers):
                     body.seek(0)  # a retry sends it again from the start
-                response = self._client.upload_part(
-                    Bucket=self.bucket,
-                    Key=full,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    Body=body,
-                    **checksum,
-                )
+                if not self.checksums:  # the server rejected them (this part or another)
+                    checksum.clear()
+                try:
+                    response = self._client.upload_part(
+                        Bucket=self.bucket,
+                        Key=full,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=body,
+                        **checksum,
+                    )
+                except botocore.exceptions.ClientError as exc:
+                    if checksum and _rejects_checksums(exc):
+                        # A server that took CreateMultipartUpload's checksum algorithm
+                        # (or ignored it) may still refuse a part's checksum header.
+                        self._without_checksums(error_code(exc)[0])
+                        checksum.clear()
+                        return attempt()
+                    raise
                 entry = {"PartNumber": number, "ETag": response["ETag"]}
                 if "ChecksumCRC32C" in checksum:
                     entry["ChecksumCRC32C"] = checksum["ChecksumCRC32C"]
