@@ -47,10 +47,12 @@ def _kind_of(name: str) -> str:
     """The record kind a name must hold; a checkpoint name holding a result is damage too."""
     if parse_ckpt_name(name) is not None:
         return "ckpt"
-    if name.startswith(EPOCH):
-        return "epoch"
-    if name.startswith(CALL):
-        return "call"
+    # Attempt and call records are <prefix><8 digits>, as the library names them: a
+    # file named epoch-10.pt or call-graph.txt is someone else's, never read.
+    for prefix, kind in ((EPOCH, "epoch"), (CALL, "call")):
+        tail = name[len(prefix):]
+        if name.startswith(prefix) and len(tail) == 8 and tail.isdigit() and tail.isascii():
+            return kind
     return {RESULT: "result", RNG_START: "rng", RNG_END: "rng", IDENTITY: "identity"}.get(name, "")
 
 

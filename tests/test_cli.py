@@ -568,3 +568,25 @@ def test_verify_reports_a_foreign_file_in_a_run_without_failing(store: Path) -> 
     proc = cli("verify", str(store), "done")
     assert proc.returncode == EXIT_CORRUPT
     assert victim.name in proc.stderr and "notes.txt" not in proc.stderr
+
+
+def test_files_named_like_attempt_records_do_not_make_a_folder_a_run(store: Path) -> None:
+    """The library names its attempt and call records ``epoch-<8 digits>`` and
+    ``call-<8 digits>``; a folder of someone's model snapshots (``epoch-10.pt``) or logs
+    (``call-graph.txt``) is no run: `ls` does not list it, `rm` refuses it (exit 66) and
+    deletes nothing, and in a real run's folder such a file is skipped by `verify`."""
+    models = store / "models"
+    models.mkdir()
+    for name in ("epoch-10.pt", "epoch-20.pt", "call-graph.txt", "config.yaml"):
+        (models / name).write_bytes(b"not resumable's\n")
+    proc = cli("ls", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "models" not in proc.stdout, proc.stdout
+    proc = cli("rm", str(store), "models", "--yes")
+    assert proc.returncode == resumable_cli.EXIT_NOT_FOUND, (proc.stdout, proc.stderr)
+    assert sorted(p.name for p in models.iterdir()) == [
+        "call-graph.txt", "config.yaml", "epoch-10.pt", "epoch-20.pt"]
+    (store / "done" / "epoch-notes.txt").write_bytes(b"when I restarted it\n")
+    proc = cli("verify", str(store), "done")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "skip  epoch-notes.txt" in proc.stdout, proc.stdout
