@@ -355,3 +355,28 @@ def test_functions_by_code_closures_and_partials() -> None:
     rng = np.random.default_rng(5)
     assert digest({"r": rng}) == digest({"r": np.random.default_rng(5)})
     assert digest({"r": rng}) != digest({"r": np.random.default_rng(6)})
+
+
+def test_pygad_run_mismatch_names_the_ga_attribute_that_differs(tmp_path: Path) -> None:
+    """Under one run id, a PyGAD GA built with another mutation_probability is a
+    RunMismatchError naming mutation_probability and both values (the contract: it names
+    the arguments that differ), not one digest of all the instance's attributes."""
+    import numpy as np
+    import pygad
+
+    from resumable.integrations.pygad import run
+
+    def fitness(ga: Any, solution: Any, index: int) -> float:
+        return -float(np.sum(solution ** 2))
+
+    def ga(mutation_probability: float) -> Any:
+        return pygad.GA(num_generations=2, num_parents_mating=2, sol_per_pop=4,
+                        num_genes=3, fitness_func=fitness, random_seed=3,
+                        mutation_probability=mutation_probability, suppress_warnings=True)
+
+    run(ga(0.1), store=str(tmp_path), run_id="pygad-fixed")
+    run(ga(0.1), store=str(tmp_path), run_id="pygad-fixed")  # the same call: no error
+    with pytest.raises(RunMismatchError) as err:
+        run(ga(0.2), store=str(tmp_path), run_id="pygad-fixed")
+    assert "mutation_probability" in err.value.differences, str(err.value)
+    assert "'mutation_probability' (0.1 in the run, 0.2 in this call)" in str(err.value)

@@ -106,7 +106,9 @@ def run(ga_instance: Any, **options: Any) -> Any:
             ga._shutdown_fitness_executor()
 
     def identity() -> dict[str, Any]:
-        return {"class": type(ga), "attributes": vars(ga)}
+        # Each attribute is a part of its own, so that RunMismatchError names the one
+        # that differs (mutation_probability), as the GA's constructor took it.
+        return {"class": type(ga), **vars(ga)}
 
     final = run_checkpointed(
         "resumable.integrations.pygad.run", identity, body, options,
