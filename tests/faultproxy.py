@@ -23,7 +23,10 @@ so signatures still validate) and fails a fixed share of requests:
 take S3's flexible checksums: every request carrying an ``x-amz-checksum-*`` or
 ``x-amz-sdk-checksum-algorithm`` header is answered ``400 InvalidArgument`` (as OVH
 answers) or ``501 NotImplemented`` and never reaches the server; the others are relayed
-(and faulted as usual). ``rejected`` counts them.
+(and faulted as usual). ``rejected`` counts them. ``reject_sse="501"`` answers every
+request carrying ``x-amz-server-side-encryption`` with the same ``501 NotImplemented``
+(a server without KMS, asked for ``sse=aws:kms``): a 501 that is not about checksums.
+``heads`` keeps the head (request line and headers) of every request that was relayed.
 
 The schedule is deterministic per request number (seeded private RNG). One request
 per connection (``Connection: close``) keeps request framing trivial.
@@ -107,6 +110,7 @@ class FaultProxy:
         match: bytes | None = None,
         limit: int | None = None,
         reject_checksums: str | None = None,
+        reject_sse: str | None = None,
     ) -> None:
         unknown = set(kinds) - set(KINDS) - set(EXTRA_KINDS)
         if unknown:
@@ -120,8 +124,12 @@ class FaultProxy:
         self.limit = limit  # at most this many faults in all, then everything is relayed
         if reject_checksums not in (None, "400", "501"):
             raise ValueError(f"reject_checksums={reject_checksums!r}; use '400' or '501'")
+        if reject_sse not in (None, "501"):
+            raise ValueError(f"reject_sse={reject_sse!r}; use '501'")
         self.reject_checksums = reject_checksums
+        self.reject_sse = reject_sse
         self.rejected = 0
+        self.heads: list[bytes] = []
         self.enabled = True
         self.requests = 0
         self.faults: collections.Counter[str] = collections.Counter()
@@ -204,7 +212,8 @@ class FaultProxy:
             head = _read_head(client, buffer)
             if head is None:
                 return
-            if self.reject_checksums and self._rejects(client, head, buffer):
+            if (self.reject_checksums or self.reject_sse) and self._rejects(client, head,
+                                                                             buffer):
                 return
             fault = self._decide(head.split(b"\r\n", 1)[0])
             if fault == "slowdown":
@@ -246,8 +255,11 @@ class FaultProxy:
     def _rejects(self, client: socket.socket, head: bytes, early: bytearray) -> bool:
         """Answer a request with checksum headers as a server without them does."""
         headers = _headers(head)
-        if not any(h.startswith("x-amz-checksum-") or h == "x-amz-sdk-checksum-algorithm"
-                   for h in headers):
+        checksums = self.reject_checksums and any(
+            h.startswith("x-amz-checksum-") or h == "x-amz-sdk-checksum-algorithm"
+            for h in headers)
+        sse = self.reject_sse and "x-amz-server-side-encryption" in headers
+        if not (checksums or sse):
             return False
         if headers.get("expect", "").lower() != "100-continue":
             # The body is on its way: take it all, or closing would reset the connection
@@ -260,7 +272,7 @@ class FaultProxy:
                 remaining -= len(chunk)
         with self._lock:
             self.rejected += 1
-        if self.reject_checksums == "501":
+        if sse or self.reject_checksums == "501":
             client.sendall(_error_response(
                 501, "Not Implemented", "NotImplemented",
                 "A header you provided implies functionality that is not implemented"))
@@ -271,6 +283,8 @@ class FaultProxy:
         return True
 
     def _relay(self, client: socket.socket, head: bytes, early: bytearray, *, cut: bool) -> None:
+        with self._lock:
+            self.heads.append(head)
         length = int(_headers(head).get("content-length", "0") or 0)
         with socket.create_connection(self.upstream, timeout=60) as upstream:
             upstream.sendall(_with_connection_close(head))

@@ -627,3 +627,57 @@ def test_a_server_that_rejects_only_part_checksums_still_gets_multipart_saves(
         assert bytes(direct.get("run/ckpt-big2") or b"") == data
     finally:
         proxy.stop()
+
+
+def test_a_501_about_another_header_keeps_checksums_on(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """501 NotImplemented ("a header you provided implies functionality that is not
+    implemented") may be about any header: here ``sse=aws:kms`` on a server without KMS.
+    The put fails with that error, naming it; checksums stay on and nothing says the
+    server rejects them (before: checksums were turned off for good, with that warning)."""
+    from resumable import _format
+
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "2")
+    proxy = fault_proxy(s3_server, rate=0.0, reject_sse="501")
+    s3_env(s3_server, endpoint=proxy.endpoint)
+    store = S3Store.from_url(s3_server.new_store_url() + "?sse=aws:kms")
+    payload = _format.encode([b"pickle stream", b"x" * 1000], kind="ckpt",
+                             serializer="pickle", step=1, created=0.0)
+    with caplog.at_level(logging.WARNING, logger="resumable"), \
+            pytest.raises(StoreError, match="NotImplemented"):
+        store.put("run/ckpt-kms", payload)
+    assert store.checksums
+    assert not [r for r in caplog.records if "rejects S3 checksums" in r.getMessage()]
+
+
+def test_after_a_checksum_refusal_uploads_are_signed(
+    s3_server: S3Server,
+    s3_env: Callable[..., Any],
+    fault_proxy: Callable[..., FaultProxy],
+) -> None:
+    """With S3 checksums the payload goes unsigned (the signed checksum header covers
+    it). Once the server has refused checksums, uploads go out as with checksums=off:
+    on an http endpoint the payload is signed (x-amz-content-sha256 is its SHA-256), so
+    a body damaged in transit is still refused by the server, not stored."""
+    import hashlib
+
+    from resumable import _format
+
+    proxy = fault_proxy(s3_server, rate=0.0, reject_checksums="400")
+    s3_env(s3_server, endpoint=proxy.endpoint)
+    store = S3Store.from_url(s3_server.new_store_url())
+    for step in (1, 2):
+        payload = _format.encode([b"pickle stream", bytes([step]) * 5000], kind="ckpt",
+                                 serializer="pickle", step=step, created=0.0)
+        store.put(f"run/ckpt-{step}", payload)
+        puts = [h for h in proxy.heads if h.startswith(b"PUT ") and
+                f"ckpt-{step} ".encode() in h.split(b"\r\n", 1)[0]]
+        assert len(puts) == 1, puts
+        sha = hashlib.sha256(_joined(payload)).hexdigest()
+        assert f"x-amz-content-sha256: {sha}".encode() in puts[0].lower(), puts[0]
+    assert proxy.rejected == 1 and not store.checksums

@@ -584,17 +584,22 @@ class S3Store:
             nonlocal ambiguous
             if isinstance(body, _Buffers):
                 body.seek(0)  # a retry sends it again from the start
-            if not self.checksums:  # the server rejected them (this put or another)
+            if not self.checksums:  # the server refused them (this put or another)
                 kwargs.pop("ChecksumCRC32C", None)
                 kwargs.pop("ChecksumAlgorithm", None)
             try:
-                self._client.put_object(**kwargs)
+                try:
+                    self._client.put_object(**kwargs)
+                except botocore.exceptions.ClientError as exc:
+                    if not (self.checksums and _rejects_checksums(exc)):
+                        raise
+                    bare = {k: v for k, v in kwargs.items()
+                            if k not in ("ChecksumCRC32C", "ChecksumAlgorithm")}
+                    if isinstance(body, _Buffers):
+                        body.seek(0)
+                    self._retry_without_checksums(exc, lambda c: c.put_object(**bare))
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc)
-                if self.checksums and _rejects_checksums(exc):
-                    # Refused before the server took anything: send it again without.
-                    self._without_checksums(code)
-                    return attempt()
                 if if_absent and (code == "PreconditionFailed" or status == 412):
                     # If an earlier attempt of ours may have landed before its response
                     # was lost, the object we collide with may be our own.
@@ -686,18 +691,37 @@ class S3Store:
             except botocore.exceptions.ClientError as exc:
                 if not _rejects_checksums(exc):
                     raise
-                self._without_checksums(error_code(exc)[0])
+                return self._retry_without_checksums(
+                    exc, lambda c: c.create_multipart_upload(
+                        Bucket=self.bucket, Key=full, **self._extra))
         return self._client.create_multipart_upload(Bucket=self.bucket, Key=full, **self._extra)
 
-    def _without_checksums(self, code: str) -> None:
-        """The server refused a request for its checksum headers: none from now on.
+    def _retry_without_checksums(self, exc: botocore.exceptions.ClientError,
+                                 send: Callable[[Any], Any]) -> Any:
+        """``exc`` refused a request that carried S3 checksum headers, perhaps for them: a
+        501 NotImplemented ("a header you provided implies functionality that is not
+        implemented") may be about any header, say ``?sse=aws:kms`` on a server without
+        KMS. ``send(client)`` makes the request again without them, with the client that
+        ``?checksums=off`` uses. Only if that works were the checksums the reason, and
+        none go out from now on; if it fails, its error is the real one, and checksums
+        stay on."""
+        result = send(_get_client(*self._client_args[:-1], False)[0])
+        self._without_checksums(error_code(exc)[0])
+        return result
 
-        Uploads then carry no S3 checksum; what is read back is still verified against
-        the format's own CRC32C (or signature)."""
+    def _without_checksums(self, code: str) -> None:
+        """The server refused requests for their checksum headers: none from now on.
+
+        Uploads then go out as with ``?checksums=off``: by the client made for that,
+        which signs the payload (SHA-256) on http endpoints, so a body damaged in transit
+        is still refused by the server; what is read back is verified against the
+        format's own CRC32C (or signature) as always."""
         with _clients_lock:
             if not self.checksums:
                 return
             self.checksums = False
+            self._client_args = (*self._client_args[:-1], False)
+        self._own_client = _get_client(*self._client_args)[0]  # takes _clients_lock
         log.warning("%s: the server rejects S3 checksums (%s); uploading without them "
                     "(reads are still verified; `?checksums=off` in the store URL skips "
                     "this first refused request)", self.url, code)
@@ -720,25 +744,30 @@ class S3Store:
             def attempt() -> dict[str, Any]:
                 if isinstance(body, _Buffers):
                     body.seek(0)  # a retry sends it again from the start
-                if not self.checksums:  # the server rejected them (this part or another)
+                if not self.checksums:  # the server refused them (this part or another)
                     checksum.clear()
+
+                def send(client: Any = None) -> Any:
+                    return (client or self._client).upload_part(
+                        Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number,
+                        Body=body, **checksum)
+
                 try:
-                    response = self._client.upload_part(
-                        Bucket=self.bucket,
-                        Key=full,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        Body=body,
-                        **checksum,
-                    )
+                    response = send()
                 except botocore.exceptions.ClientError as exc:
-                    if checksum and _rejects_checksums(exc):
-                        # A server that took CreateMultipartUpload's checksum algorithm
-                        # (or ignored it) may still refuse a part's checksum header.
-                        self._without_checksums(error_code(exc)[0])
-                        checksum.clear()
-                        return attempt()
-                    raise
+                    if not (checksum and _rejects_checksums(exc)):
+                        raise
+                    # A server that took CreateMultipartUpload's checksum algorithm (or
+                    # ignored it) may still refuse a part's checksum header.
+                    refused = dict(checksum)
+                    checksum.clear()
+                    if isinstance(body, _Buffers):
+                        body.seek(0)
+                    try:
+                        response = self._retry_without_checksums(exc, send)
+                    except BaseException:
+                        checksum.update(refused)  # not the reason: the next try has them
+                        raise
                 entry = {"PartNumber": number, "ETag": response["ETag"]}
                 if "ChecksumCRC32C" in checksum:
                     entry["ChecksumCRC32C"] = checksum["ChecksumCRC32C"]
