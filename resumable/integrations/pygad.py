@@ -113,9 +113,9 @@ def run(ga_instance: Any, **options: Any) -> Any:
     final = run_checkpointed(
         "resumable.integrations.pygad.run", identity, body, options,
         ignorable=lambda part: (
-            "a PyGAD run is identified by the GA instance's class and attributes together, "
-            "and a resumed run takes the attributes from its checkpoint, so a new value "
-            "would not be used; to run more generations, name a new run (run_id=)"))
+            "a resumed PyGAD run takes every attribute of the GA instance from its "
+            "checkpoint, so a new value would not be used; to run more generations, "
+            "name a new run (run_id=)"))
     vars(ga).update(final)
     return ga
 
