@@ -579,22 +579,21 @@ class S3Store:
                 kwargs["ChecksumAlgorithm"] = "CRC32"
         if if_absent:
             kwargs["IfNoneMatch"] = "*"
+        # The same request without checksum headers: once the server has refused them.
+        bare = {k: v for k, v in kwargs.items()
+                if k not in ("ChecksumCRC32C", "ChecksumAlgorithm")}
 
         def attempt() -> bool:
             nonlocal ambiguous
             if isinstance(body, _Buffers):
                 body.seek(0)  # a retry sends it again from the start
-            if not self.checksums:  # the server refused them (this put or another)
-                kwargs.pop("ChecksumCRC32C", None)
-                kwargs.pop("ChecksumAlgorithm", None)
+            sent = kwargs if self.checksums else bare
             try:
                 try:
-                    self._client.put_object(**kwargs)
+                    self._client.put_object(**sent)
                 except botocore.exceptions.ClientError as exc:
-                    if not (self.checksums and _rejects_checksums(exc)):
+                    if sent is bare or not _rejects_checksums(exc):
                         raise
-                    bare = {k: v for k, v in kwargs.items()
-                            if k not in ("ChecksumCRC32C", "ChecksumAlgorithm")}
                     if isinstance(body, _Buffers):
                         body.seek(0)
                     self._retry_without_checksums(exc, lambda c: c.put_object(**bare))
@@ -741,36 +740,29 @@ class S3Store:
             # compute a CRC32, so the part is joined (a part's size per worker).
             body: Any = _Buffers(segments) if crcs is not None else b"".join(segments)
 
+            def send(client: Any, sent: dict[str, str]) -> Any:
+                return client.upload_part(Bucket=self.bucket, Key=full, UploadId=upload_id,
+                                          PartNumber=number, Body=body, **sent)
+
             def attempt() -> dict[str, Any]:
                 if isinstance(body, _Buffers):
                     body.seek(0)  # a retry sends it again from the start
-                if not self.checksums:  # the server refused them (this part or another)
-                    checksum.clear()
-
-                def send(client: Any = None) -> Any:
-                    return (client or self._client).upload_part(
-                        Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number,
-                        Body=body, **checksum)
-
+                # None once the server has refused them (this part or another).
+                sent = checksum if self.checksums else {}
                 try:
-                    response = send()
+                    response = send(self._client, sent)
                 except botocore.exceptions.ClientError as exc:
-                    if not (checksum and _rejects_checksums(exc)):
+                    if not (sent and _rejects_checksums(exc)):
                         raise
                     # A server that took CreateMultipartUpload's checksum algorithm (or
                     # ignored it) may still refuse a part's checksum header.
-                    refused = dict(checksum)
-                    checksum.clear()
+                    sent = {}
                     if isinstance(body, _Buffers):
                         body.seek(0)
-                    try:
-                        response = self._retry_without_checksums(exc, send)
-                    except BaseException:
-                        checksum.update(refused)  # not the reason: the next try has them
-                        raise
+                    response = self._retry_without_checksums(exc, lambda c: send(c, {}))
                 entry = {"PartNumber": number, "ETag": response["ETag"]}
-                if "ChecksumCRC32C" in checksum:
-                    entry["ChecksumCRC32C"] = checksum["ChecksumCRC32C"]
+                if "ChecksumCRC32C" in sent:
+                    entry["ChecksumCRC32C"] = sent["ChecksumCRC32C"]
                 elif response.get("ChecksumCRC32"):
                     entry["ChecksumCRC32"] = response["ChecksumCRC32"]
                 return entry
