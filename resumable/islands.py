@@ -172,17 +172,9 @@ class Archipelago:
             existing = self.store.get(key)
             if existing is None:  # deleted in between: the next migration records it again
                 return
-            try:
-                theirs = bytes(_format.decode(existing, key=self._key, kind=PLAN,
-                                              name=key).frames[0])
-            except _format.InvalidObject as err:
-                error: Callable[[str], Exception] = (
-                    CheckpointTamperedError if err.tampered else CheckpointCorruptError)
-                raise error(
-                    f"the plan of experiment {self.experiment!r} at {where} fails "
-                    f"verification: {err.reason}. Check the signing key "
-                    "($RESUMABLE_SIGNING_KEY) and the store, or start a new experiment."
-                ) from None
+            theirs = bytes(self._verified(
+                existing, PLAN, key, f"the plan of experiment {self.experiment!r} at {where}",
+                "Check").frames[0])
             if theirs != ours:
                 raise ConfigurationError(
                     f"experiment {self.experiment!r} in {self.store.url} migrates under the "
@@ -266,10 +258,19 @@ class Archipelago:
             pause = min(pause * 1.5, 2.0)
 
     def _decode(self, data: Any, island: int, generation: int) -> Any:
-        key = self.key(island, generation)
+        decoded = self._verified(data, KIND, self.key(island, generation),
+                                 f"the emigrants at {self.where(island, generation)}",
+                                 "Migrants are never rewritten; check", serializer=True)
+        return loads_frames(self._serializer, decoded.frames)
+
+    def _verified(self, data: Any, kind: str, key: str, what: str, check: str, *,
+                  serializer: bool = False) -> _format.Decoded:
+        """``data`` decoded as a verified ``kind`` record (and, with ``serializer``,
+        written with ours), or CheckpointTamperedError / CheckpointCorruptError naming
+        ``what`` and what to check (``check`` starts that sentence)."""
         try:
-            decoded = _format.decode(data, key=self._key, kind=KIND, name=key)
-            if decoded.header.serializer != self._serializer.name:
+            decoded = _format.decode(data, key=self._key, kind=kind, name=key)
+            if serializer and decoded.header.serializer != self._serializer.name:
                 raise _format.InvalidObject(
                     f"written with serializer {decoded.header.serializer!r}, "
                     f"not {self._serializer.name!r}"
@@ -278,11 +279,10 @@ class Archipelago:
             error: Callable[[str], Exception] = (
                 CheckpointTamperedError if err.tampered else CheckpointCorruptError)
             raise error(
-                f"the emigrants at {self.where(island, generation)} fail verification: "
-                f"{err.reason}. Migrants are never rewritten; check the signing key "
+                f"{what} fails verification: {err.reason}. {check} the signing key "
                 "($RESUMABLE_SIGNING_KEY) and the store, or start a new experiment."
             ) from None
-        return loads_frames(self._serializer, decoded.frames)
+        return decoded
 
     def _check_island(self, island: int) -> int:
         """``island`` as a plain int (numpy integers welcome), or a ConfigurationError."""
