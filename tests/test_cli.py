@@ -72,6 +72,13 @@ def store(tmp_path: Path) -> Path:
     return root
 
 
+def flip_last_byte(path: Path) -> None:
+    """Damage one byte of an object's payload (its checksum no longer matches)."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
@@ -194,9 +201,7 @@ def test_verify_passes_on_an_intact_run(store: Path) -> None:
 def test_verify_fails_and_names_a_corrupted_checkpoint(store: Path) -> None:
     """Flipping one byte of one checkpoint makes verify exit EXIT_CORRUPT and name it."""
     victim = store / "done" / "ckpt-00000001-000000000005"
-    data = bytearray(victim.read_bytes())
-    data[-1] ^= 0x01
-    victim.write_bytes(bytes(data))
+    flip_last_byte(victim)
     proc = cli("verify", str(store), "done")
     assert proc.returncode == EXIT_CORRUPT
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
@@ -539,9 +544,7 @@ def test_show_verify_fails_as_verify_does_when_a_checkpoint_fails(store: Path) -
     stderr; a script that runs it learns of the damage. Without --verify nothing is
     downloaded, so nothing is claimed and it exits 0."""
     victim = store / "done" / "ckpt-00000001-000000000005"
-    data = bytearray(victim.read_bytes())
-    data[-1] ^= 0x01
-    victim.write_bytes(bytes(data))
+    flip_last_byte(victim)
     for extra in ([], ["--json"]):
         proc = cli("show", str(store), "done", "--verify", *extra)
         assert proc.returncode == EXIT_CORRUPT, (extra, proc.stdout, proc.stderr)
@@ -562,9 +565,7 @@ def test_verify_reports_a_foreign_file_in_a_run_without_failing(store: Path) -> 
     skipped = [line for line in proc.stdout.splitlines() if "notes.txt" in line]
     assert len(skipped) == 1 and skipped[0].startswith("skip") and "not" in skipped[0]
     victim = store / "done" / "ckpt-00000001-000000000005"
-    data = bytearray(victim.read_bytes())
-    data[-1] ^= 0x01
-    victim.write_bytes(bytes(data))
+    flip_last_byte(victim)
     proc = cli("verify", str(store), "done")
     assert proc.returncode == EXIT_CORRUPT
     assert victim.name in proc.stderr and "notes.txt" not in proc.stderr
