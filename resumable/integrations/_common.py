@@ -85,7 +85,7 @@ def run_checkpointed(
     explicit = options.get("run_id") or _settings.RUN_ID.read()
     parts = identity()
     try:
-        digest(parts)
+        arguments = {parameter_name(p): _argument(p, value) for p, value in parts.items()}
     except Unidentifiable as err:
         if not explicit:
             raise ConfigurationError(
@@ -96,8 +96,8 @@ def run_checkpointed(
         # The run is named; what can be identified still is, so that a call with another
         # seed or operator parameter under that name is a RunMismatchError, not the stored
         # state of another configuration.
-        parts = stable_parts(parts)
-    arguments = {parameter_name(part): _argument(part, value) for part, value in parts.items()}
+        arguments = {parameter_name(p): _argument(p, value)
+                     for p, value in stable_parts(parts).items()}
     _check_ignorable(name, options, arguments, ignorable)
     module, _, qualname = name.rpartition(".")
 
