@@ -23,7 +23,7 @@ import pickle
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,7 +47,7 @@ from .serializers import (
     loads_frames,
 )
 from .stores import Store
-from .stores._base import Buffer, payload_size
+from .stores._base import Buffer, join_payload, payload_size
 
 log = logging.getLogger("resumable")
 
@@ -222,6 +222,7 @@ class Run:
         self.epoch = 0
         self.result_epoch = 0  # set by load_result
         self._known: list[str] = []  # checkpoint names of this run, ascending (for retention)
+        self._own_record: bytes | None = None  # our attempt record as last written
 
     # -- naming -----------------------------------------------------------------------
 
@@ -540,6 +541,7 @@ class Run:
             payload = self._encode(name, [self._epoch_json(None if pending else base or "")],
                                    "epoch", _RAW)
             if self.store.put_if_absent(self.key(name), payload):
+                self._own_record = join_payload(payload)
                 self._remove_stale_temp(claimed_after)
                 return candidate
         raise FencedError(f"could not claim an attempt number for {self.where()}: "
@@ -581,8 +583,9 @@ class Run:
         pending record or this one, both valid.
         """
         name = f"{EPOCH}{self.epoch:08d}"
-        self.store.put(self.key(name),
-                       self._encode(name, [self._epoch_json(base or "")], "epoch", _RAW))
+        payload = self._encode(name, [self._epoch_json(base or "")], "epoch", _RAW)
+        self.store.put(self.key(name), payload)
+        self._own_record = join_payload(payload)
 
     def claim_and_load(self, *, with_state: bool = True) -> Checkpoint | None:
         """Start an attempt: claim first (fencing the older attempt), then load, then
@@ -643,6 +646,41 @@ class Run:
             "writing. Another pod is running the same run: check the Job's pods"
         )
 
+    def check_not_deleted(self, written: Sequence[str] = ()) -> None:
+        """Raise FencedError if our own attempt record is gone or is not ours (one GET).
+
+        ``resumable rm`` or ``f.reset`` of the run while this attempt runs deletes it; a
+        new attempt may since have started over and claimed our number again. Writing on
+        would put this attempt's checkpoints into a run that no longer exists, or into
+        the new one. What this attempt wrote (``written``, and its checkpoints still
+        known) is removed first, so the run stays as the deletion left it.
+        """
+        if self._own_record is None:  # no claim: nothing to compare (tests, audits)
+            return
+        name = f"{EPOCH}{self.epoch:08d}"
+        found = self.store.get(self.key(name))
+        if found is not None and bytes(found) == self._own_record:
+            return
+        # Gone: our checkpoints' names are ours alone (a new attempt claims a number
+        # before it writes). Written again: the new attempt has our number, so its
+        # checkpoints may have our names; only what we just wrote is removed.
+        ours = [n for n in self._known
+                if found is None and (parse_ckpt_name(n) or (0, 0))[0] == self.epoch]
+        for extra in (*ours, *written):
+            try:
+                self.store.delete(self.key(extra))
+            except (OSError, StoreError) as err:
+                log.warning("could not remove %s: %s", self.where(extra), err)
+        self._known = [n for n in self._known if n not in ours]
+        how = ("is gone" if found is None
+               else "was written again by an attempt that started the run over")
+        raise FencedError(
+            f"run {self.run_id!r} in {self.store.url} was deleted while this attempt "
+            f"(epoch {self.epoch}) ran (`resumable rm` or f.reset()): its attempt record "
+            f"{name} {how}. This attempt stops and removed what it wrote since; run it "
+            "again to start over"
+        )
+
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
         copy_limit: float = float("inf"),
@@ -697,8 +735,10 @@ class Run:
             self._known.append(name)
             self._known.sort()
         # Checked again before deleting anything: a newer attempt may have taken over
-        # during the write and resumed from a checkpoint retention would now remove.
+        # during the write and resumed from a checkpoint retention would now remove; or
+        # the run was deleted meanwhile, and this checkpoint must not bring it back.
         self.check_fenced()
+        self.check_not_deleted((name,))
         self.prune()
         return name
 
@@ -714,15 +754,18 @@ class Run:
 
     def write_result(self, value: Any) -> None:
         self.check_fenced()
+        self.check_not_deleted((RNG_END,))  # written just before, if RNGs are captured
         frames = dumps_frames(self.serializer, value, f"the return value of run {self.where()}",
                               root="result")
         self.store.put(self.key(RESULT),
                        self._encode(RESULT, frames, "result", self.serializer.name))
+        self.check_not_deleted((RESULT, RNG_END))
 
     def reset(self) -> int:
         """Delete every object of the run; returns how many."""
         keys = self.store.list(self.run_id + "/")
-        for k in keys:
+        # Attempt records first: a live attempt of the run notices at its next save.
+        for k in sorted(keys, key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
             self.store.delete(k)
         self._known = []
         self._remove_stale_temp()

@@ -384,3 +384,115 @@ def test_a_signed_run_called_with_the_wrong_key_writes_nothing(tmp_path: Path) -
     with pytest.raises(CheckpointTamperedError):
         checkpointed(store=str(tmp_path), run_id="r", signing_key="b" * 64)(evolve)(5)
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == before
+
+
+# -- a run deleted while an attempt of it runs ------------------------------------------
+
+
+def _claimed(store: Any) -> Run:
+    run = Run(store, "r", keep=None)
+    run.claim_and_load()
+    return run
+
+
+def test_a_run_deleted_while_an_attempt_runs_stops_it_and_stays_deleted(
+    memory_url: str,
+) -> None:
+    """`resumable rm` (or f.reset) elsewhere: the attempt's next save raises FencedError
+    and removes what the attempt wrote, instead of bringing the run back."""
+    store = MemoryStore(memory_url.removeprefix("memory://"))
+    a = _claimed(store)
+    _write(a, 1)
+    _write(a, 2)
+    Run(store, "r").reset()
+    with pytest.raises(FencedError, match=r"deleted while this attempt \(epoch 1\) ran"):
+        _write(a, 3)
+    assert store.list("r/") == []
+    with pytest.raises(FencedError, match="deleted"):
+        a.write_result("done")
+    assert store.list("r/") == []
+
+
+def test_an_attempt_of_a_deleted_run_stays_out_of_the_run_that_started_over(
+    memory_url: str,
+) -> None:
+    """Deleted, then started over: the new attempt claims the old one's number again.
+    The old attempt must not put its state into the new run."""
+    store = MemoryStore(memory_url.removeprefix("memory://"))
+    a = _claimed(store)
+    for step in (1, 2, 3):
+        _write(a, step)
+    Run(store, "r").reset()
+    b = _claimed(store)
+    assert b.epoch == a.epoch == 1
+    _write(b, 1)
+    with pytest.raises(FencedError, match="written again by an attempt that started"):
+        _write(a, 4)
+    assert Run(store, "r").checkpoint_names() == [ckpt_name(1, 1)]
+    latest = Run(store, "r").load_latest()
+    assert latest is not None and latest.state == {"step": 1, "epoch": 1}
+
+
+_LIVE_WRITER = """
+import sys
+from resumable import checkpointed
+
+@checkpointed(store=sys.argv[1], run_id="live", keep=2)
+def count(n, *, state=None):
+    state = state or 0
+    while state < n:
+        state += 1
+        yield state
+        print("GEN", state, flush=True)
+        sys.stdin.readline()
+    return state
+
+print("RESULT", count(6), flush=True)
+"""
+
+
+@pytest.mark.parametrize("where", ["folder", pytest.param("moto", marks=pytest.mark.s3)])
+def test_resumable_rm_of_a_live_run_stops_its_writer(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A real process runs; `resumable rm STORE RUN --yes` deletes the run under it. The
+    writer exits EXIT_FENCED at its next save and the run stays deleted (before: it
+    finished, and `ls` showed it complete with 0 attempts)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if where == "moto":
+        server = request.getfixturevalue("moto_server")
+        request.getfixturevalue("s3_env")(server)
+        env = _worker_env(server)
+        url = server.new_store_url()
+    else:
+        url = str(tmp_path / "store")
+    script = tmp_path / "writer.py"
+    script.write_text(_LIVE_WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert writer.stdin is not None and writer.stdout is not None
+    try:
+        run = Run(open_store(url), "live")
+
+        def saved_two() -> bool:
+            assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
+            latest = run.load_latest(with_state=False)
+            return latest is not None and latest.step >= 2
+
+        for _ in range(2):
+            assert writer.stdout.readline().startswith(b"GEN")
+            writer.stdin.write(b"\n")
+            writer.stdin.flush()
+        _wait(saved_two, 60, "the writer to save step 2")
+        rm = subprocess.run([sys.executable, "-m", "resumable.cli", "rm", url, "live", "--yes"],
+                            capture_output=True, text=True, env=env, timeout=60)
+        assert rm.returncode == 0, rm.stderr
+        out, err = writer.communicate(b"\n" * 6, timeout=60)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert writer.returncode == EXIT_FENCED, (writer.returncode, err.decode()[-2000:])
+    assert b"RESULT" not in out
+    assert b"was deleted while this attempt" in err
+    assert open_store(url).list("live/") == []
