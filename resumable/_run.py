@@ -661,6 +661,14 @@ class Run:
         found = self.store.get(self.key(name))
         if found is not None and bytes(found) == self._own_record:
             return
+        if found is not None:
+            try:
+                self._decode(name, found, "epoch")
+            except _format.InvalidObject as err:
+                # Damaged or forged (with a signing key, someone without it cannot stop
+                # the run this way): not a record of an attempt, so not a takeover.
+                log.error("ignoring attempt record %s: %s", self.where(name), err.reason)
+                return
         # Gone: our checkpoints' names are ours alone (a new attempt claims a number
         # before it writes). Written again: the new attempt has our number, so its
         # checkpoints may have our names; only what we just wrote is removed.

@@ -496,3 +496,20 @@ def test_resumable_rm_of_a_live_run_stops_its_writer(
     assert b"RESULT" not in out
     assert b"was deleted while this attempt" in err
     assert open_store(url).list("live/") == []
+
+
+def test_a_forged_own_record_does_not_stop_a_signed_run() -> None:
+    """Someone without the key overwrites our attempt record: not a deletion, not a
+    takeover; the run saves on. A genuine deletion still stops it."""
+    from resumable._format import encode
+
+    store = MemoryStore("forged-own-epoch")
+    run = Run(store, "r", signing_key=b"k" * 32, keep=None)
+    run.claim_and_load()
+    store.put("r/epoch-00000001", encode([b"{}"], kind="epoch", serializer="raw", epoch=1,
+                                          created=0.0, name="r/epoch-00000001"))
+    _write(run, 1)
+    assert run.checkpoint_names() == [ckpt_name(1, 1)]
+    store.delete("r/epoch-00000001")
+    with pytest.raises(FencedError, match="is gone"):
+        _write(run, 2)
