@@ -66,7 +66,36 @@ def interactive() -> bool:
 def terminated() -> BaseException:
     if interactive():
         return TerminatedInteractive("SIGTERM: the run saved its state and stopped")
+    if threading.current_thread() is threading.main_thread():
+        _guard_unwinding()
     return Terminated()
+
+
+_unwinding = False  # the main thread unwinds to exit 143; _unwind_guard watches
+
+
+def _guard_unwinding() -> None:
+    """The main thread is about to unwind to exit 143 after a SIGTERM. Code on the way
+    out is the application's (a ``finally`` that calls ``pool.terminate()``, say) and can
+    hang for ever: a pool whose workers the group's SIGTERM killed while one held its
+    queue's lock never terminates. Without us the SIGTERM would have ended the process;
+    with us it must still end, so a guard leaves as ``_hard_exit`` does if the process is
+    still there ``$RESUMABLE_TERM_TIMEOUT`` seconds after its runs stopped."""
+    global _unwinding
+    if _unwinding or os.getpid() != _owner:
+        return
+    _unwinding = True
+    threading.Thread(target=_unwind_guard, name="resumable-exit", daemon=True).start()
+
+
+def _unwind_guard() -> None:
+    timeout = term_timeout()
+    # Runs in other threads may still be saving; the watchdog ends those that never stop.
+    _wait_for_flagged(time.monotonic() + 3 * timeout)
+    time.sleep(timeout)
+    _hard_exit("the program did not exit after its runs stopped (code on its way out "
+               "hangs: a multiprocessing pool whose workers the SIGTERM killed while one "
+               "held its queue's lock, say)")
 
 
 def term_timeout() -> float:
@@ -464,7 +493,8 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
-    global _relay_fds, _relay_echoes, _relay_holds
+    global _relay_fds, _relay_echoes, _relay_holds, _unwinding
+    _unwinding = False
     if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
         os._exit(143)
     if _relay_fds is not None:  # the relay thread is the parent's; its pipe too

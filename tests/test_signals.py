@@ -317,6 +317,43 @@ def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: 
     assert latest is not None and latest.step >= seen
 
 
+_CLEANUP_HANGS = """
+import sys, threading, time
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="r")
+def count(*, state=None):
+    s = state or 0
+    while True:
+        s += 1
+        yield s
+        print("GEN", s, flush=True)
+        time.sleep(0.01)  # a generation's work
+
+try:
+    count()
+finally:  # as pool.terminate() on a pool whose worker died holding its queue's lock
+    print("CLEANUP", flush=True)
+    threading.Event().wait()
+"""
+
+
+def test_a_program_whose_cleanup_hangs_after_sigterm_still_exits_143(tmp_path: Path) -> None:
+    """The run saves and raises; the application's own `finally` then hangs for ever (as
+    pool.terminate() does on a pool whose worker the group's SIGTERM killed while it held
+    the queue's lock). Without us the SIGTERM would have ended the process; with us it
+    must end too: exit 143 once $RESUMABLE_TERM_TIMEOUT has passed (before: it hung)."""
+    with _child(tmp_path, _CLEANUP_HANGS, RESUMABLE_TERM_TIMEOUT="2") as child:
+        child.wait_for_line("GEN 2")
+        child.proc.send_signal(signal.SIGTERM)
+        child.wait_for_line("CLEANUP")
+        status, _, err = child.finish()
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "the program did not exit after its runs stopped" in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step >= 2
+
+
 _TAKEN_BY_ANOTHER_THREAD = """
 import ctypes, os, signal, threading, time
 from resumable import checkpointed
