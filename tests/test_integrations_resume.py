@@ -177,6 +177,36 @@ def test_pygad_parallel_processing_resumes(sig: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_deap_on_a_pool_resumes_after_a_signal_to_the_group(sig: int, tmp_path: Path) -> None:
+    """DEAP with toolbox.map on a multiprocessing pool (no stable value, so the run is named
+    with run_id=): the signal goes to the whole process group (the pool's workers too) in
+    generation 3, then a new process with a new pool finishes: DEAP's own result. The run
+    id's check of the other arguments must be the same in the new process. The worker's
+    `finally: pool.terminate()` may hang on a pool whose worker died holding its queue's
+    lock (or whose workers inherited the script's own SIGTERM handler and outlived the
+    signal): the process must still exit 143."""
+    expected, _ = reference("deap-pool")
+    store = str(tmp_path / "store")
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", str(WORKER), "deap-pool", store, "--block-at", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(_env(), RESUMABLE_TERM_TIMEOUT="3"))
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "BLOCKED", (line, proc.communicate(timeout=60))
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == (143 if sig == signal.SIGTERM else -signal.SIGKILL), err
+    assert _finish("deap-pool", store) == expected
+
+
+@pytest.mark.slow
 @pytest.mark.s3
 @pytest.mark.parametrize("lib", LIBS)
 def test_sigkill_on_s3(lib: str, moto_server: MotoServer,

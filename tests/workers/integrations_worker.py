@@ -2,8 +2,10 @@
 
     python integrations_worker.py LIB STORE [--block-at N] [--reference]
 
-LIB is deap, pygad, pymoo, cma or nevergrad (deap-plus, deap-comma and pygad-thread, with
-``parallel_processing=["thread", 2]``, for variants). Prints ``RESULT <sha256>`` of everything the
+LIB is deap, pygad, pymoo, cma or nevergrad (variants: deap-plus, deap-comma; deap-pool, whose
+toolbox.map is a multiprocessing pool's, named with run_id="deap-pool", blocking at the N-th
+map call, one per generation; pygad-thread, with ``parallel_processing=["thread", 2]``).
+Prints ``RESULT <sha256>`` of everything the
 call returned (population, fitness, histories...). With ``--block-at N`` the objective
 (DEAP's evaluate, PyGAD's fitness function, pymoo's callback, cma's and nevergrad's
 objective) prints ``BLOCKED`` at its N-th call and waits there for a signal: a SIGTERM
@@ -129,12 +131,39 @@ def _deap_stats() -> Any:
     return stats
 
 
+def pool_map(pool: Any, func: Any, items: Any) -> list[Any]:
+    """DEAP's toolbox.map on a multiprocessing pool; the blocker counts generations here."""
+    BLOCK.tick()
+    return pool.map(func, items)
+
+
+def _deap_evaluate(individual: list[int]) -> tuple[int]:
+    return (sum(individual),)
+
+
 def _deap(algorithm: str, options: dict[str, Any] | None) -> str:
+    tb = _deap_toolbox()
+    if algorithm == "pool":  # a pool has no stable value: the run is named with run_id=
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(2)
+        tb.register("map", pool_map, pool)
+        tb.register("evaluate", _deap_evaluate)  # the blocker counts map calls, not these
+        if options is not None:
+            options = {"run_id": "deap-pool", **options}
+        try:
+            return _deap_with(tb, "simple", options)
+        finally:
+            pool.terminate()
+            pool.join()
+    return _deap_with(tb, algorithm, options)
+
+
+def _deap_with(tb: Any, algorithm: str, options: dict[str, Any] | None) -> str:
     from deap import algorithms, tools
 
     from resumable.integrations import deap as rdeap
 
-    tb = _deap_toolbox()
     random.seed(12)
     pop = tb.population(n=16)
     hof = tools.HallOfFame(3)
