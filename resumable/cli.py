@@ -23,6 +23,7 @@ from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import CALL, EPOCH, IDENTITY, RESULT, RNG_END, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
+from .stores._local import LocalStore
 
 PROG = "resumable"
 KEY_ENV = _settings.SIGNING_KEY.name
@@ -156,7 +157,32 @@ def _run_names(store: Store, run_id: str) -> list[str]:
     return [k[len(prefix):] for k in store.list(prefix) if "/" not in k[len(prefix):]]
 
 
-def _require_run(store: Store, run_id: str) -> list[str]:
+def _require_store(store: Store, args: argparse.Namespace, what: str = "") -> None:
+    """A CliError (exit 66) when the store is a local folder that does not exist: "no
+    runs" there would hide a mistyped path. Called when a listing found nothing, so a
+    store with runs costs nothing more. An existing empty folder is an empty store."""
+    if not isinstance(store, LocalStore):
+        return  # an S3 prefix or memory store exists as soon as something is put in it
+    try:
+        os.stat(store.root)
+        return
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError:
+        return  # unreadable: the listing said what it could
+    if getattr(args, "store_given", True):
+        how = "check the path"
+    elif os.environ.get(_settings.STORE.name):
+        how = f"check the path in ${_settings.STORE.name}"
+    else:
+        how = (f"no STORE was given and ${_settings.STORE.name} is not set, so the default "
+               f"{_settings.STORE.default} was used: give the STORE or set "
+               f"{_settings.STORE.name} (check the path)")
+    raise CliError(f"{what}store folder {store.root} does not exist ({store.url}); {how}",
+                   EXIT_NOT_FOUND)
+
+
+def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[str]:
     """The run's object names; a CliError (exit 66) when ``run_id`` names no run: nothing
     there, a folder of runs, or a folder with no object the library writes (someone
     else's data, which `rm` must never delete: `ls` does not list it as a run either)."""
@@ -176,6 +202,7 @@ def _require_run(store: Store, run_id: str) -> list[str]:
             f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
             f"done: list them with `{PROG} ls {below}`, then name one "
             f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
+    _require_store(store, args, f"no run {run_id!r}: ")
     raise CliError(f"no run {run_id!r} in {store.url} ({listing})", EXIT_NOT_FOUND)
 
 
@@ -278,6 +305,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     keys = [item.key for item in listed] if listed is not None else store.list("")
     about = {item.key: item for item in listed or ()}
     runs, folders = _group_runs(keys)
+    if not keys:
+        _require_store(store, args)
     if not runs and folders:
         shown = " or ".join(_below(store.url, f) for f in folders[:3])
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
@@ -397,7 +426,7 @@ def _print_history(history: list[dict[str, Any]]) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    names = _require_run(store, args.run_id)
+    names = _require_run(store, args.run_id, args)
     key = _signing_key(args.signing_key_env) if args.verify else None
     records: dict[str, Any] = {}
     infos = [_inspect(store, args.run_id, n, key, full=args.verify,
@@ -442,7 +471,7 @@ def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) ->
 
 def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    names = _require_run(store, args.run_id)
+    names = _require_run(store, args.run_id, args)
     key = _signing_key(args.signing_key_env)
     infos = [_inspect(store, args.run_id, n, key) for n in names]
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
@@ -497,6 +526,8 @@ def _rm_completed(args: argparse.Namespace) -> int:
         run_id, sep, name = key.partition("/")
         if sep and name and "/" not in name:  # a folder below a run holds none of it
             runs.setdefault(run_id, []).append(name)
+    if not runs:
+        _require_store(store, args)
     doomed: list[tuple[str, list[str], str]] = []
     now = time.time()
     for run_id, names in sorted(runs.items()):
@@ -547,7 +578,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
         raise CliError(f"{missing}; or `{PROG} rm --completed {args.store}` to delete every "
                        "completed run", EXIT_CONFIG)
     store = open_store(args.store)
-    names = _require_run(store, args.run_id)
+    names = _require_run(store, args.run_id, args)
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError(f"refusing to delete run {args.run_id!r} without confirmation: "
@@ -681,6 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store_given = args.store is not None
+    args.store_given = store_given
     if args.store is None:
         args.store = default_store_url()
     try:
