@@ -182,11 +182,32 @@ def _require_store(store: Store, args: argparse.Namespace, what: str = "") -> No
                    EXIT_NOT_FOUND)
 
 
+def _run_id_problem(run_id: str) -> str | None:
+    """Why a command cannot take ``run_id``, or None.
+
+    The commands name runs that exist, so they take any folder name `ls` lists: the
+    library's rules (``validate_run_id``) are for naming new runs, and a run folder
+    copied or renamed by hand (``weird ☃ 100%``) is still shown, verified and removed.
+    Refused: what is no single folder name or could leave the store's folder, and control
+    characters (`ls` does not list such folders; it names them in a note).
+    """
+    if run_id in ("", ".", ".."):
+        return "is not a folder name"
+    if "/" in run_id or "\\" in run_id:
+        return "contains a path separator"
+    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+        return "contains control characters"
+    return None
+
+
 def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[str]:
     """The run's object names; a CliError (exit 66) when ``run_id`` names no run: nothing
     there, a folder of runs, or a folder with no object the library writes (someone
     else's data, which `rm` must never delete: `ls` does not list it as a run either)."""
-    validate_run_id(run_id, "RUN_ID")
+    problem = _run_id_problem(run_id)
+    if problem:
+        raise CliError(f"RUN_ID {run_id!r} {problem}; give the run's name as `{PROG} ls "
+                       f"{store.url}` lists it", EXIT_CONFIG)
     names = _run_names(store, run_id)
     if any(_kind_of(n) for n in names):
         return names
@@ -307,6 +328,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
     runs, folders = _group_runs(keys)
     if not keys:
         _require_store(store, args)
+    # Folders of run objects under a name no command can take (`..` on S3): not rows.
+    unnamable = {r: p for r in runs if (p := _run_id_problem(r))}
+    for run_id in unnamable:
+        del runs[run_id]
+    if unnamable:
+        named = [f"{r!r} {p}" for r, p in sorted(unnamable.items())]
+        shown = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+        print(f"note: {len(named)} folder(s) of run objects in {store.url} are not listed, "
+              f"as {PROG} show, verify and rm cannot name them ({shown}); use the store's "
+              "own tools", file=sys.stderr)
     if not runs and folders:
         shown = " or ".join(_below(store.url, f) for f in folders[:3])
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""

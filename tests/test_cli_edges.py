@@ -7,17 +7,32 @@ Run as a user runs it (a subprocess on a real store), with the helpers of test_c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from resumable import _format
 from resumable._errors import EXIT_CONFIG, StoreError
 from resumable.cli import EXIT_NOT_FOUND
 from resumable.stores import open_store
 from tests.s3servers import S3Server
-from tests.test_cli import assert_one_line_error, cli
+from tests.test_cli import assert_one_line_error, cli, populate
+
+
+@pytest.fixture(params=["local", "moto"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a folder, or a prefix of a new bucket on moto's server (as
+    test_cli's store_url)."""
+    if request.param == "local":
+        return (tmp_path / "store").as_uri()
+    server = request.getfixturevalue("moto_server")
+    request.getfixturevalue("s3_env")(server)
+    url: str = server.new_store_url()
+    return url
+
 
 # -- 1. a local store folder that does not exist -------------------------------------
 
@@ -73,3 +88,59 @@ def test_a_missing_bucket_is_a_configuration_error(
     with pytest.raises(StoreError) as info:
         open_store(url).list("r1/")
     assert info.value.exit_code == EXIT_CONFIG
+
+
+# -- 3. every run ls lists can be named --------------------------------------------
+
+WEIRD = "weird ☃ 100%"
+
+
+def put_record(store_url: str, run_id: str, name: str, kind: str, *, step: int = 0,
+               epoch: int = 1) -> None:
+    """An object of the run as the library writes it (bound to its key by its header)."""
+    frames = _format.encode([b"\x80\x05K\x01."], kind=kind, serializer="pickle", step=step,
+                            epoch=epoch, created=1.7e9, name=f"{run_id}/{name}")
+    open_store(store_url).put(f"{run_id}/{name}", frames)
+
+
+def test_every_run_ls_lists_can_be_shown_verified_and_removed(store_url: str) -> None:
+    """A folder of run objects under a name the library would not choose as a run id
+    (spaces, a snowman, a percent sign: copied or renamed by hand, or written by another
+    tool) is listed by `ls`; show, verify and rm take that name too, as the store holds
+    such keys. Ids that could leave the store (`..`, separators) are still refused."""
+    for name, kind, step in (("epoch-00000001", "epoch", 0),
+                             ("ckpt-00000001-000000000001", "ckpt", 1)):
+        put_record(store_url, WEIRD, name, kind, step=step)
+    populate(store_url, "done", n=2)
+    listed = cli("ls", store_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {r["run_id"] for r in json.loads(listed.stdout)["runs"]} == {WEIRD, "done"}
+    shown = cli("show", store_url, WEIRD)
+    assert shown.returncode == 0, shown.stderr
+    assert "ckpt-00000001-000000000001" in shown.stdout
+    verified = cli("verify", store_url, WEIRD)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+    removed = cli("rm", store_url, WEIRD, "--yes")
+    assert removed.returncode == 0, removed.stderr
+    assert open_store(store_url).list(f"{WEIRD}/") == []
+    assert [r["run_id"] for r in json.loads(cli("ls", store_url, "--json").stdout)[
+        "runs"]] == ["done"]
+    for bad in ("..", "../done", "done/..", "a\\b", "x\ny"):
+        proc = cli("rm", store_url, bad, "--yes")
+        assert_one_line_error(proc)
+        assert proc.returncode == EXIT_CONFIG, (bad, proc.stderr)
+    assert open_store(store_url).list("done/")
+
+
+def test_ls_names_run_folders_no_command_can_take_in_a_note(tmp_path: Path) -> None:
+    """A folder of run objects whose name has a control character (or is '..' on S3)
+    cannot be given to show/verify/rm; ls does not list it as a run but says it is there."""
+    url = (tmp_path / "store").as_uri()
+    put_record(url, "tab\there", "epoch-00000001", "epoch")
+    populate(url, "done", n=2)
+    proc = cli("ls", url, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["run_id"] for r in json.loads(proc.stdout)["runs"]] == ["done"]
+    assert "'tab\\there' contains control characters" in proc.stderr, proc.stderr
+    proc = cli("rm", url, "tab\there", "--yes")
+    assert proc.returncode == EXIT_CONFIG and "control characters" in proc.stderr
