@@ -460,12 +460,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     names = _require_run(store, args.run_id, args)
     key = _signing_key(args.signing_key_env) if args.verify else None
     records: dict[str, Any] = {}
+    claims: dict[str, Any] = {}  # the attempt records, read whole with their headers
     infos = [_inspect(store, args.run_id, n, key, full=args.verify,
-                      small=records if n.startswith(CALL) else None) for n in names]
+                      small=records if n.startswith(CALL)
+                      else claims if _kind_of(n) == "epoch" else None) for n in names]
     history = _history(args.run_id, records)
+    attempts, failing = _verified_attempts(args.run_id, infos, claims, key)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
-                          "objects": [asdict(i) for i in infos], "history": history},
+                          "objects": [asdict(i) for i in infos], "history": history,
+                          "attempts": len(attempts), "attempt_records_failing": failing},
                          indent=2))
         return _verdict(args, store, infos) if args.verify else 0
     print(f"run {args.run_id} in {store.url}")
@@ -478,8 +482,33 @@ def cmd_show(args: argparse.Namespace) -> int:
           "-" if i.signed is None else ("yes" if i.signed else "no"), _verified_text(i)]
          for i in infos],
     ))
+    print(f"\nattempts: {len(attempts)}" + (
+        f" (attempt records that verify; {len(failing)} more fail verification: "
+        f"{', '.join(failing)}; `{PROG} verify` tells why)" if failing else ""))
     _print_history(history)
     return _verdict(args, store, infos) if args.verify else 0
+
+
+def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, Any],
+                       key: bytes | None) -> tuple[list[int], list[str]]:
+    """The epochs of the run's attempt records that verify (checksum; the signature too
+    with ``key``), and the names of those that do not. The records are a few hundred
+    bytes, so the header reads of `show` hold them whole: no request more. One larger
+    than a header read is no record the library writes, and fails."""
+    epochs, failing = [], []
+    for info in infos:
+        if _kind_of(info.name) != "epoch":
+            continue
+        data = claims.get(info.name)
+        try:
+            if data is not None:
+                _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{info.name}")
+                epochs.append(int(info.name[len(EPOCH):]))
+                continue
+        except _format.InvalidObject:
+            pass
+        failing.append(info.name)
+    return epochs, failing
 
 
 def _foreign(info: ObjectInfo) -> bool:

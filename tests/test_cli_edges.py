@@ -8,6 +8,7 @@ Run as a user runs it (a subprocess on a real store), with the helpers of test_c
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,16 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     request.getfixturevalue("s3_env")(server)
     url: str = server.new_store_url()
     return url
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A local store with one complete run ('done') and one interrupted run ('half'), as
+    test_cli's store."""
+    root = tmp_path / "store"
+    populate(root, "done", n=5)
+    populate(root, "half", n=5, fail_after=2)
+    return root
 
 
 # -- 1. a local store folder that does not exist -------------------------------------
@@ -144,3 +155,26 @@ def test_ls_names_run_folders_no_command_can_take_in_a_note(tmp_path: Path) -> N
     assert "'tab\\there' contains control characters" in proc.stderr, proc.stderr
     proc = cli("rm", url, "tab\there", "--yes")
     assert proc.returncode == EXIT_CONFIG and "control characters" in proc.stderr
+
+
+# -- 4. ATTEMPTS --------------------------------------------------------------------
+
+
+def test_show_counts_only_attempt_records_that_verify(store: Path) -> None:
+    """`ls` counts attempt records by name (one listing, no GET per record: ls of 1,000
+    runs stays one listing); `show` reads one run and counts only the records that
+    verify, naming the ones that do not."""
+    run = store / "done"
+    (run / "epoch-00000007").write_bytes(b"not an attempt record\n")
+    shutil.copy(run / "epoch-00000001", run / "epoch-00000008")  # bound to another key
+    runs = {r["run_id"]: r for r in json.loads(cli("ls", str(store), "--json").stdout)["runs"]}
+    assert runs["done"]["attempts"] == 3  # names, as documented
+    proc = cli("show", str(store), "done", "--json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["attempts"] == 1, shown
+    assert shown["attempt_records_failing"] == ["epoch-00000007", "epoch-00000008"]
+    table = cli("show", str(store), "done")
+    assert table.returncode == 0, table.stderr
+    line = [x for x in table.stdout.splitlines() if x.startswith("attempts:")]
+    assert line and line[0].startswith("attempts: 1 ") and "epoch-00000007" in line[0], line
