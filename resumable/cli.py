@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -356,11 +357,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
                     strict=True):
                 headers[run_id] = info
     with_result = [r for r, names in sorted(runs.items()) if RESULT in names]
-    completed: dict[str, bool] = {}
+    completed: dict[str, ObjectInfo | None] = {}
     with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
         for run_id, done in zip(with_result, pool.map(
                 lambda r: _completed(store, r, runs[r]), with_result), strict=True):
-            completed[run_id] = done is not None and not done.problem
+            completed[run_id] = done
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpt = newest[run_id]
@@ -370,7 +371,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
             "attempts": sum(1 for n in names if n.startswith(EPOCH)),
-            "complete": completed.get(run_id, False),
+            "complete": (done := completed.get(run_id)) is not None and not done.problem,
+            # The result's header fails (ls reads headers only): COMPLETE says "damaged".
+            "result_problem": done.problem if done is not None else None,
             "newest_created": None,
             "newest_bytes": None,
             "newest_problem": None,
@@ -393,13 +396,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
     print(_table(
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
         [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else r["newest_step"],
-          r["attempts"], "yes" if r["complete"] else "no",
+          r["attempts"],
+          "damaged" if r["result_problem"] else "yes" if r["complete"] else "no",
           _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
     note = ("" if args.check or listed is None
             else "; `ls --check` reads their headers too, `verify` checks a run fully")
     print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's{note}")
+    damaged = [r["run_id"] for r in rows if r["result_problem"]]
+    if damaged:
+        print(f"COMPLETE damaged: the result of {', '.join(map(repr, damaged[:3]))}"
+              f"{' and more' if len(damaged) > 3 else ''} is stored but fails its header "
+              f"check; `{PROG} verify {shlex.quote(store.url)} RUN_ID` tells more")
     return 0
 
 
@@ -460,15 +469,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     names = _require_run(store, args.run_id, args)
     key = _signing_key(args.signing_key_env) if args.verify else None
     records: dict[str, Any] = {}
-    claims: dict[str, Any] = {}  # the attempt records, read whole with their headers
+    whole: dict[str, Any] = {}  # attempt records and a small result, read whole
     infos = [_inspect(store, args.run_id, n, key, full=args.verify,
                       small=records if n.startswith(CALL)
-                      else claims if _kind_of(n) == "epoch" else None) for n in names]
+                      else whole if _kind_of(n) in ("epoch", "result") else None)
+             for n in names]
     history = _history(args.run_id, records)
-    attempts, failing = _verified_attempts(args.run_id, infos, claims, key)
+    attempts, failing = _verified_attempts(args.run_id, infos, whole, key)
+    complete, result_problem, status = _result_status(store, args, infos, whole, key,
+                                                      attempts)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
                           "objects": [asdict(i) for i in infos], "history": history,
+                          "complete": complete, "result_problem": result_problem,
                           "attempts": len(attempts), "attempt_records_failing": failing},
                          indent=2))
         return _verdict(args, store, infos) if args.verify else 0
@@ -482,11 +495,44 @@ def cmd_show(args: argparse.Namespace) -> int:
           "-" if i.signed is None else ("yes" if i.signed else "no"), _verified_text(i)]
          for i in infos],
     ))
-    print(f"\nattempts: {len(attempts)}" + (
+    print(f"\ncomplete: {status}")
+    print(f"attempts: {len(attempts)}" + (
         f" (attempt records that verify; {len(failing)} more fail verification: "
         f"{', '.join(failing)}; `{PROG} verify` tells why)" if failing else ""))
     _print_history(history)
     return _verdict(args, store, infos) if args.verify else 0
+
+
+def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInfo],
+                   whole: dict[str, Any], key: bytes | None,
+                   attempts: list[int]) -> tuple[bool, str | None, str]:
+    """(completed, why the result fails verification or None, the `complete:` line).
+
+    Without --verify a result of up to 64 KiB is held whole by its header read and is
+    verified at no cost; a larger one is judged by its header.
+    """
+    result = next((i for i in infos if i.name == RESULT), None)
+    if result is None:
+        return False, None, "no (no result stored)"
+    problem, checked = result.problem, bool(args.verify)
+    if problem is None and not args.verify and RESULT in whole:
+        checked = True
+        try:
+            _format.decode(whole[RESULT], key=key, kind="result",
+                           name=f"{args.run_id}/{RESULT}")
+        except _format.InvalidObject as err:
+            problem = err.reason
+    if problem:
+        return False, problem, (
+            f"no: the result exists but fails verification ({store.url} key "
+            f"'{args.run_id}/{RESULT}': {problem}); check the run with "
+            f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(args.run_id)}`")
+    newer = [e for e in attempts if e > (result.epoch or 0)]
+    if newer:
+        return False, None, (f"no: attempt {max(newer)} started after the result (written by "
+                             f"attempt {result.epoch}) and is extending the run")
+    return True, None, "yes" + ("" if checked else " (the result's header was read; "
+                                "`show --verify` verifies it whole)")
 
 
 def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, Any],

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from resumable import _format
-from resumable._errors import EXIT_CONFIG, StoreError
+from resumable._errors import EXIT_CONFIG, EXIT_CORRUPT, StoreError
 from resumable.cli import EXIT_NOT_FOUND
 from resumable.stores import open_store
 from tests.s3servers import S3Server
-from tests.test_cli import assert_one_line_error, cli, populate
+from tests.test_cli import assert_one_line_error, cli, flip_last_byte, populate
 
 
 @pytest.fixture(params=["local", "moto"])
@@ -178,3 +178,38 @@ def test_show_counts_only_attempt_records_that_verify(store: Path) -> None:
     assert table.returncode == 0, table.stderr
     line = [x for x in table.stdout.splitlines() if x.startswith("attempts:")]
     assert line and line[0].startswith("attempts: 1 ") and "epoch-00000007" in line[0], line
+
+
+# -- 5. a damaged result ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_show_says_the_result_exists_but_fails_verification(store: Path, damage: str) -> None:
+    """A damaged result is not just "not complete": `show` says the result is there but
+    fails verification, naming the key and suggesting `resumable verify`; `verify`
+    fails the run (exit 65) naming it; `ls` marks the run's COMPLETE as damaged when
+    the result's header is (ls reads headers only)."""
+    result = store / "done" / "result"
+    if damage == "flip":
+        flip_last_byte(result)
+    else:
+        result.write_bytes(result.read_bytes()[:-1])
+    proc = cli("show", str(store), "done")
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stdout.splitlines() if x.startswith("complete:")]
+    assert line, proc.stdout
+    assert "fails verification" in line[0] and "'done/result'" in line[0], line
+    assert f"resumable verify {store.as_uri()} done" in line[0], line
+    shown = json.loads(cli("show", str(store), "done", "--json").stdout)
+    assert shown["complete"] is False and shown["result_problem"], shown
+    proc = cli("verify", str(store), "done")
+    assert proc.returncode == EXIT_CORRUPT and "result" in proc.stderr, proc.stderr
+    if damage == "truncate":
+        table = cli("ls", str(store)).stdout
+        row = [x.split() for x in table.splitlines() if x.startswith("done ")]
+        assert row and row[0][4] == "damaged", table
+        runs = {r["run_id"]: r for r in json.loads(cli("ls", str(store), "--json").stdout)[
+            "runs"]}
+        assert runs["done"]["complete"] is False and runs["done"]["result_problem"]
+    intact = json.loads(cli("show", str(store), "half", "--json").stdout)
+    assert intact["result_problem"] is None
