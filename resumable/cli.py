@@ -370,7 +370,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "checkpoints": sum(1 for n in names if parse_ckpt_name(n) is not None),
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
-            "attempts": sum(1 for n in names if n.startswith(EPOCH)),
+            # Attempt records by name, unread: a GET per record would cost ls its speed.
+            "attempts": sum(1 for n in names if _kind_of(n) == "epoch"),
             "complete": (done := completed.get(run_id)) is not None and not done.problem,
             # The result's header fails (ls reads headers only): COMPLETE says "damaged".
             "result_problem": done.problem if done is not None else None,

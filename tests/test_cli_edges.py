@@ -180,6 +180,15 @@ def test_show_counts_only_attempt_records_that_verify(store: Path) -> None:
     assert line and line[0].startswith("attempts: 1 ") and "epoch-00000007" in line[0], line
 
 
+def test_ls_counts_only_names_of_attempt_records(store: Path) -> None:
+    """ATTEMPTS counts `epoch-<8 digits>` names, as the library names its records (and
+    as cf36db8 made a folder a run): someone's epoch-notes.txt in the run is no attempt."""
+    (store / "done" / "epoch-notes.txt").write_bytes(b"restarted it after the outage\n")
+    (store / "done" / "epoch-1").write_bytes(b"x")
+    runs = {r["run_id"]: r for r in json.loads(cli("ls", str(store), "--json").stdout)["runs"]}
+    assert runs["done"]["attempts"] == 1
+
+
 # -- 5. a damaged result ------------------------------------------------------------
 
 
