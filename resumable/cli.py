@@ -765,6 +765,24 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
                     f"store with no runs{hint}", EXIT_CONFIG)
 
 
+def _swapped(args: argparse.Namespace, store_given: bool) -> str | None:
+    """`resumable show RUN STORE` failed: the hint with the arguments the right way
+    round, when the second reads as a store (a URL, or an existing folder where the first
+    is none) and the first could be a run id. Else None: a failure with the arguments in
+    order (a run that is not there) gets no such guess."""
+    run_id = getattr(args, "run_id", None)
+    if (args.command not in ("show", "verify", "rm") or not store_given or run_id is None
+            or getattr(args, "completed", False)):
+        return None
+    first, second = args.store, run_id
+    if _run_id_problem(first) is not None:
+        return None
+    if "://" not in second and not (os.path.isdir(second) and not os.path.isdir(first)):
+        return None
+    return (f"{second!r} reads as a store and {first!r} as a run id: STORE comes first, "
+            f"`{PROG} {args.command} {shlex.quote(second)} {shlex.quote(first)}`")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -830,6 +848,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except (CliError, ResumableError) as err:
         message, exit_code = str(err), err.exit_code
+        swapped = _swapped(args, store_given)
+        if swapped:
+            message = f"{swapped} ({message})"
     except KeyboardInterrupt:
         message, exit_code = "interrupted", 130
     except BrokenPipeError:  # `resumable ls | head`: the reader left; not an error

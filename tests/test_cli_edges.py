@@ -222,3 +222,25 @@ def test_show_says_the_result_exists_but_fails_verification(store: Path, damage:
         assert runs["done"]["complete"] is False and runs["done"]["result_problem"]
     intact = json.loads(cli("show", str(store), "half", "--json").stdout)
     assert intact["result_problem"] is None
+
+
+# -- 6. STORE and RUN_ID the wrong way round ---------------------------------------
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "rm"])
+def test_swapped_arguments_get_the_command_the_right_way_round(
+    store: Path, command: str, memory_url: str
+) -> None:
+    """`resumable show RUN STORE`: the second argument is a store (an existing folder,
+    an s3:// or memory:// URL), the first is no store holding it: the one-line error
+    suggests `resumable show STORE RUN`, and nothing is deleted."""
+    for second in (str(store), store.as_uri(), memory_url, "s3://some-bucket/runs"):
+        args = [command, "done", second] + (["--yes"] if command == "rm" else [])
+        proc = cli(*args)
+        assert_one_line_error(proc)
+        assert f"STORE comes first, `resumable {command} {second} done`" in proc.stderr, (
+            second, proc.stderr)
+    assert (store / "done" / "result").exists()
+    # Arguments the right way round, with the run missing: no swap is suggested.
+    proc = cli(command, str(store), "nothing-here", *(["--yes"] if command == "rm" else []))
+    assert proc.returncode == EXIT_NOT_FOUND and "comes first" not in proc.stderr, proc.stderr
