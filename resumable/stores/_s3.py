@@ -540,11 +540,12 @@ class S3Store:
         try:
             return retrying(op, self.url, key, fn)
         except StoreError as err:
-            if type(err) is StoreError and error_code(err.__cause__)[0] == "NoSuchBucket":
+            cause = err.__cause__
+            if (type(err) is StoreError and cause is not None
+                    and error_code(cause)[0] == "NoSuchBucket"):
                 # The store URL names a bucket that does not exist: a setting to fix, which
                 # no retry (and no new pod) heals: exit 78 like a bad bucket name, not 74.
-                raise StoreConfigurationError(str(err), url=err.url, key=err.key) from (
-                    err.__cause__)
+                raise StoreConfigurationError(str(err), url=err.url, key=err.key) from cause
             raise
 
     # -- writes --------------------------------------------------------------------
