@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -34,6 +35,9 @@ LS_WORKERS = 16  # header reads in flight for `ls --check` (each a small ranged 
 # What `ls` and `show` read of an object: enough for the header of any object with up
 # to ~8000 frames; a longer header is read in a second request.
 HEAD_BYTES = 64 * 1024
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class CliError(Exception):
@@ -196,7 +200,7 @@ def _run_id_problem(run_id: str) -> str | None:
         return "is not a folder name"
     if "/" in run_id or "\\" in run_id:
         return "contains a path separator"
-    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+    if _CONTROL.search(run_id):
         return "contains control characters"
     return None
 
@@ -371,7 +375,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
             # Attempt records by name, unread: a GET per record would cost ls its speed.
-            "attempts": sum(1 for n in names if _kind_of(n) == "epoch"),
+            "attempts": sum(1 for n in names if n.startswith(EPOCH) and _kind_of(n) == "epoch"),
             "complete": (done := completed.get(run_id)) is not None and not done.problem,
             # The result's header fails (ls reads headers only): COMPLETE says "damaged".
             "result_problem": done.problem if done is not None else None,
