@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import CALL, EPOCH, IDENTITY, RESULT, RNG_END, RNG_START, parse_ckpt_name
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
+from .stores._local import LocalStore
 
 PROG = "resumable"
 KEY_ENV = _settings.SIGNING_KEY.name
@@ -32,6 +35,9 @@ LS_WORKERS = 16  # header reads in flight for `ls --check` (each a small ranged 
 # What `ls` and `show` read of an object: enough for the header of any object with up
 # to ~8000 frames; a longer header is read in a second request.
 HEAD_BYTES = 64 * 1024
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class CliError(Exception):
@@ -156,11 +162,57 @@ def _run_names(store: Store, run_id: str) -> list[str]:
     return [k[len(prefix):] for k in store.list(prefix) if "/" not in k[len(prefix):]]
 
 
-def _require_run(store: Store, run_id: str) -> list[str]:
+def _require_store(store: Store, args: argparse.Namespace, what: str = "") -> None:
+    """A CliError (exit 66) when the store is a local folder that does not exist: "no
+    runs" there would hide a mistyped path. Called when a listing found nothing, so a
+    store with runs costs nothing more. An existing empty folder is an empty store."""
+    if not isinstance(store, LocalStore):
+        return  # an S3 prefix or memory store exists as soon as something is put in it
+    try:
+        os.stat(store.root)
+        return
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError:
+        return  # unreadable: the listing said what it could
+    if getattr(args, "store_given", True):
+        how = "check the path"
+    elif os.environ.get(_settings.STORE.name):
+        how = f"check the path in ${_settings.STORE.name}"
+    else:
+        how = (f"no STORE was given and ${_settings.STORE.name} is not set, so the default "
+               f"{_settings.STORE.default} was used: give the STORE or set "
+               f"{_settings.STORE.name} (check the path)")
+    raise CliError(f"{what}store folder {store.root} does not exist ({store.url}); {how}",
+                   EXIT_NOT_FOUND)
+
+
+def _run_id_problem(run_id: str) -> str | None:
+    """Why a command cannot take ``run_id``, or None.
+
+    The commands name runs that exist, so they take any folder name `ls` lists: the
+    library's rules (``validate_run_id``) are for naming new runs, and a run folder
+    copied or renamed by hand (``weird ☃ 100%``) is still shown, verified and removed.
+    Refused: what is no single folder name or could leave the store's folder, and control
+    characters (`ls` does not list such folders; it names them in a note).
+    """
+    if run_id in ("", ".", ".."):
+        return "is not a folder name"
+    if "/" in run_id or "\\" in run_id:
+        return "contains a path separator"
+    if _CONTROL.search(run_id):
+        return "contains control characters"
+    return None
+
+
+def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[str]:
     """The run's object names; a CliError (exit 66) when ``run_id`` names no run: nothing
     there, a folder of runs, or a folder with no object the library writes (someone
     else's data, which `rm` must never delete: `ls` does not list it as a run either)."""
-    validate_run_id(run_id, "RUN_ID")
+    problem = _run_id_problem(run_id)
+    if problem:
+        raise CliError(f"RUN_ID {run_id!r} {problem}; give the run's name as `{PROG} ls "
+                       f"{store.url}` lists it", EXIT_CONFIG)
     names = _run_names(store, run_id)
     if any(_kind_of(n) for n in names):
         return names
@@ -176,6 +228,7 @@ def _require_run(store: Store, run_id: str) -> list[str]:
             f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
             f"done: list them with `{PROG} ls {below}`, then name one "
             f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
+    _require_store(store, args, f"no run {run_id!r}: ")
     raise CliError(f"no run {run_id!r} in {store.url} ({listing})", EXIT_NOT_FOUND)
 
 
@@ -278,6 +331,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
     keys = [item.key for item in listed] if listed is not None else store.list("")
     about = {item.key: item for item in listed or ()}
     runs, folders = _group_runs(keys)
+    if not keys:
+        _require_store(store, args)
+    # Folders of run objects under a name no command can take (`..` on S3): not rows.
+    unnamable = {r: p for r in runs if (p := _run_id_problem(r))}
+    for run_id in unnamable:
+        del runs[run_id]
+    if unnamable:
+        named = [f"{r!r} {p}" for r, p in sorted(unnamable.items())]
+        shown = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+        print(f"note: {len(named)} folder(s) of run objects in {store.url} are not listed, "
+              f"as {PROG} show, verify and rm cannot name them ({shown}); use the store's "
+              "own tools", file=sys.stderr)
     if not runs and folders:
         shown = " or ".join(_below(store.url, f) for f in folders[:3])
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
@@ -296,11 +361,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
                     strict=True):
                 headers[run_id] = info
     with_result = [r for r, names in sorted(runs.items()) if RESULT in names]
-    completed: dict[str, bool] = {}
+    completed: dict[str, ObjectInfo | None] = {}
     with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
         for run_id, done in zip(with_result, pool.map(
                 lambda r: _completed(store, r, runs[r]), with_result), strict=True):
-            completed[run_id] = done is not None and not done.problem
+            completed[run_id] = done
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpt = newest[run_id]
@@ -309,8 +374,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "checkpoints": sum(1 for n in names if parse_ckpt_name(n) is not None),
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
-            "attempts": sum(1 for n in names if n.startswith(EPOCH)),
-            "complete": completed.get(run_id, False),
+            # Attempt records by name, unread: a GET per record would cost ls its speed.
+            "attempts": sum(1 for n in names if n.startswith(EPOCH) and _kind_of(n) == "epoch"),
+            "complete": (done := completed.get(run_id)) is not None and not done.problem,
+            # The result's header fails (ls reads headers only): COMPLETE says "damaged".
+            "result_problem": done.problem if done is not None else None,
             "newest_created": None,
             "newest_bytes": None,
             "newest_problem": None,
@@ -333,13 +401,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
     print(_table(
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
         [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else r["newest_step"],
-          r["attempts"], "yes" if r["complete"] else "no",
+          r["attempts"],
+          "damaged" if r["result_problem"] else "yes" if r["complete"] else "no",
           _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
     note = ("" if args.check or listed is None
             else "; `ls --check` reads their headers too, `verify` checks a run fully")
     print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's{note}")
+    damaged = [r["run_id"] for r in rows if r["result_problem"]]
+    if damaged:
+        print(f"COMPLETE damaged: the result of {', '.join(map(repr, damaged[:3]))}"
+              f"{' and more' if len(damaged) > 3 else ''} is stored but fails its header "
+              f"check; `{PROG} verify {shlex.quote(store.url)} RUN_ID` tells more")
     return 0
 
 
@@ -397,15 +471,23 @@ def _print_history(history: list[dict[str, Any]]) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    names = _require_run(store, args.run_id)
+    names = _require_run(store, args.run_id, args)
     key = _signing_key(args.signing_key_env) if args.verify else None
     records: dict[str, Any] = {}
+    whole: dict[str, Any] = {}  # attempt records and a small result, read whole
     infos = [_inspect(store, args.run_id, n, key, full=args.verify,
-                      small=records if n.startswith(CALL) else None) for n in names]
+                      small=records if n.startswith(CALL)
+                      else whole if _kind_of(n) in ("epoch", "result") else None)
+             for n in names]
     history = _history(args.run_id, records)
+    attempts, failing = _verified_attempts(args.run_id, infos, whole, key)
+    complete, result_problem, status = _result_status(store, args, infos, whole, key,
+                                                      attempts)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
-                          "objects": [asdict(i) for i in infos], "history": history},
+                          "objects": [asdict(i) for i in infos], "history": history,
+                          "complete": complete, "result_problem": result_problem,
+                          "attempts": len(attempts), "attempt_records_failing": failing},
                          indent=2))
         return _verdict(args, store, infos) if args.verify else 0
     print(f"run {args.run_id} in {store.url}")
@@ -418,8 +500,66 @@ def cmd_show(args: argparse.Namespace) -> int:
           "-" if i.signed is None else ("yes" if i.signed else "no"), _verified_text(i)]
          for i in infos],
     ))
+    print(f"\ncomplete: {status}")
+    print(f"attempts: {len(attempts)}" + (
+        f" (attempt records that verify; {len(failing)} more fail verification: "
+        f"{', '.join(failing)}; `{PROG} verify` tells why)" if failing else ""))
     _print_history(history)
     return _verdict(args, store, infos) if args.verify else 0
+
+
+def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInfo],
+                   whole: dict[str, Any], key: bytes | None,
+                   attempts: list[int]) -> tuple[bool, str | None, str]:
+    """(completed, why the result fails verification or None, the `complete:` line).
+
+    Without --verify a result of up to 64 KiB is held whole by its header read and is
+    verified at no cost; a larger one is judged by its header.
+    """
+    result = next((i for i in infos if i.name == RESULT), None)
+    if result is None:
+        return False, None, "no (no result stored)"
+    problem, checked = result.problem, bool(args.verify)
+    if problem is None and not args.verify and RESULT in whole:
+        checked = True
+        try:
+            _format.decode(whole[RESULT], key=key, kind="result",
+                           name=f"{args.run_id}/{RESULT}")
+        except _format.InvalidObject as err:
+            problem = err.reason
+    if problem:
+        return False, problem, (
+            f"no: the result exists but fails verification ({store.url} key "
+            f"'{args.run_id}/{RESULT}': {problem}); check the run with "
+            f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(args.run_id)}`")
+    newer = [e for e in attempts if e > (result.epoch or 0)]
+    if newer:
+        return False, None, (f"no: attempt {max(newer)} started after the result (written by "
+                             f"attempt {result.epoch}) and is extending the run")
+    return True, None, "yes" + ("" if checked else " (the result's header was read; "
+                                "`show --verify` verifies it whole)")
+
+
+def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, Any],
+                       key: bytes | None) -> tuple[list[int], list[str]]:
+    """The epochs of the run's attempt records that verify (checksum; the signature too
+    with ``key``), and the names of those that do not. The records are a few hundred
+    bytes, so the header reads of `show` hold them whole: no request more. One larger
+    than a header read is no record the library writes, and fails."""
+    epochs, failing = [], []
+    for info in infos:
+        if _kind_of(info.name) != "epoch":
+            continue
+        data = claims.get(info.name)
+        try:
+            if data is not None:
+                _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{info.name}")
+                epochs.append(int(info.name[len(EPOCH):]))
+                continue
+        except _format.InvalidObject:
+            pass
+        failing.append(info.name)
+    return epochs, failing
 
 
 def _foreign(info: ObjectInfo) -> bool:
@@ -442,7 +582,7 @@ def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) ->
 
 def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    names = _require_run(store, args.run_id)
+    names = _require_run(store, args.run_id, args)
     key = _signing_key(args.signing_key_env)
     infos = [_inspect(store, args.run_id, n, key) for n in names]
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
@@ -497,6 +637,8 @@ def _rm_completed(args: argparse.Namespace) -> int:
         run_id, sep, name = key.partition("/")
         if sep and name and "/" not in name:  # a folder below a run holds none of it
             runs.setdefault(run_id, []).append(name)
+    if not runs:
+        _require_store(store, args)
     doomed: list[tuple[str, list[str], str]] = []
     now = time.time()
     for run_id, names in sorted(runs.items()):
@@ -547,7 +689,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
         raise CliError(f"{missing}; or `{PROG} rm --completed {args.store}` to delete every "
                        "completed run", EXIT_CONFIG)
     store = open_store(args.store)
-    names = _require_run(store, args.run_id)
+    names = _require_run(store, args.run_id, args)
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError(f"refusing to delete run {args.run_id!r} without confirmation: "
@@ -627,6 +769,24 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
                     f"store with no runs{hint}", EXIT_CONFIG)
 
 
+def _swapped(args: argparse.Namespace, store_given: bool) -> str | None:
+    """`resumable show RUN STORE` failed: the hint with the arguments the right way
+    round, when the second reads as a store (a URL, or an existing folder where the first
+    is none) and the first could be a run id. Else None: a failure with the arguments in
+    order (a run that is not there) gets no such guess."""
+    run_id = getattr(args, "run_id", None)
+    if (args.command not in ("show", "verify", "rm") or not store_given or run_id is None
+            or getattr(args, "completed", False)):
+        return None
+    first, second = args.store, run_id
+    if _run_id_problem(first) is not None:
+        return None
+    if "://" not in second and not (os.path.isdir(second) and not os.path.isdir(first)):
+        return None
+    return (f"{second!r} reads as a store and {first!r} as a run id: STORE comes first, "
+            f"`{PROG} {args.command} {shlex.quote(second)} {shlex.quote(first)}`")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -681,6 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store_given = args.store is not None
+    args.store_given = store_given
     if args.store is None:
         args.store = default_store_url()
     try:
@@ -691,6 +852,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except (CliError, ResumableError) as err:
         message, exit_code = str(err), err.exit_code
+        swapped = _swapped(args, store_given)
+        if swapped:
+            message = f"{swapped} ({message})"
     except KeyboardInterrupt:
         message, exit_code = "interrupted", 130
     except BrokenPipeError:  # `resumable ls | head`: the reader left; not an error

@@ -138,9 +138,14 @@ def test_ls_one_level_above_the_runs_points_down(tmp_path: Path) -> None:
     assert code == 0 and "run-a" in out
 
 
-def test_ls_of_an_empty_or_missing_store_is_not_an_error(tmp_path: Path) -> None:
+def test_ls_of_an_empty_store_is_not_an_error(tmp_path: Path) -> None:
+    """An existing empty folder has no runs; one that does not exist is no input (exit 66,
+    tests/test_cli_edges.py): "no runs" there hid a mistyped path."""
+    (tmp_path / "nothing-yet").mkdir()
     code, _, err = _cli("ls", str(tmp_path / "nothing-yet"))
     assert code == 0 and "no runs" in err
+    code, _, err = _cli("ls", str(tmp_path / "not-there"))
+    assert code == 66 and "does not exist" in err
 
 
 # -- ls at scale: one listing, headers only with --check ---------------------------------

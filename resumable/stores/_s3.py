@@ -35,7 +35,7 @@ from xml.etree import ElementTree
 from .. import _crc
 from .._aligned import aligned_buffer
 from .._errors import ConfigurationError, StoreError
-from .._retry import error_code, retrying
+from .._retry import StoreConfigurationError, error_code, retrying
 from . import Listed
 from ._base import Payload, payload_size
 
@@ -537,7 +537,16 @@ class S3Store:
         return self.root + key
 
     def _call(self, op: str, key: str | None, fn: Callable[[], Any]) -> Any:
-        return retrying(op, self.url, key, fn)
+        try:
+            return retrying(op, self.url, key, fn)
+        except StoreError as err:
+            cause = err.__cause__
+            if (type(err) is StoreError and cause is not None
+                    and error_code(cause)[0] == "NoSuchBucket"):
+                # The store URL names a bucket that does not exist: a setting to fix, which
+                # no retry (and no new pod) heals: exit 78 like a bad bucket name, not 74.
+                raise StoreConfigurationError(str(err), url=err.url, key=err.key) from cause
+            raise
 
     # -- writes --------------------------------------------------------------------
 

@@ -1,0 +1,246 @@
+"""Edges of the `resumable` command line found by hostile reviews (round 11): a store
+folder that does not exist, a missing bucket, run ids the library would not choose,
+the ATTEMPTS count, a damaged result, and STORE and RUN_ID given the wrong way round.
+
+Run as a user runs it (a subprocess on a real store), with the helpers of test_cli.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable import _format
+from resumable._errors import EXIT_CONFIG, EXIT_CORRUPT, StoreError
+from resumable.cli import EXIT_NOT_FOUND
+from resumable.stores import open_store
+from tests.s3servers import S3Server
+from tests.test_cli import assert_one_line_error, cli, flip_last_byte, populate
+
+
+@pytest.fixture(params=["local", "moto"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a folder, or a prefix of a new bucket on moto's server (as
+    test_cli's store_url)."""
+    if request.param == "local":
+        return (tmp_path / "store").as_uri()
+    server = request.getfixturevalue("moto_server")
+    request.getfixturevalue("s3_env")(server)
+    url: str = server.new_store_url()
+    return url
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A local store with one complete run ('done') and one interrupted run ('half'), as
+    test_cli's store."""
+    root = tmp_path / "store"
+    populate(root, "done", n=5)
+    populate(root, "half", n=5, fail_after=2)
+    return root
+
+
+# -- 1. a local store folder that does not exist -------------------------------------
+
+
+def test_ls_of_a_folder_that_does_not_exist_fails_naming_it(tmp_path: Path) -> None:
+    """`ls PATH` of a missing folder is no input (exit 66, as a missing run), with one line
+    naming the folder and saying to check the path; it used to say "no runs" and exit 0.
+    An existing empty folder is still an empty store (exit 0, "no runs")."""
+    missing = tmp_path / "typo" / "store"
+    for args in (["ls", str(missing)], ["ls", str(missing), "--json"],
+                 ["rm", "--completed", str(missing), "--yes"]):
+        proc = cli(*args)
+        assert_one_line_error(proc)
+        assert proc.returncode == EXIT_NOT_FOUND, (args, proc.stderr)
+        assert str(missing) in proc.stderr and "does not exist" in proc.stderr, proc.stderr
+        assert "check the path" in proc.stderr, proc.stderr
+    assert not missing.exists()  # looking does not create it
+    # A run asked for in a missing folder: the folder is the reason given.
+    proc = cli("show", str(missing), "r1")
+    assert_one_line_error(proc)
+    assert proc.returncode == EXIT_NOT_FOUND and str(missing) in proc.stderr, proc.stderr
+    assert "does not exist" in proc.stderr, proc.stderr
+    # The default store (./.resumable, no $RESUMABLE_STORE) missing: say where it looked.
+    proc = cli("ls")
+    assert_one_line_error(proc)
+    assert proc.returncode == EXIT_NOT_FOUND and ".resumable" in proc.stderr, proc.stderr
+    assert "RESUMABLE_STORE" in proc.stderr, proc.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = cli("ls", str(empty))
+    assert proc.returncode == 0 and "no runs" in proc.stderr, proc.stderr
+
+
+# -- 2. a missing bucket is a configuration error -----------------------------------
+
+
+def test_a_missing_bucket_is_a_configuration_error(
+    moto_server: S3Server, s3_env: Callable[..., Any]
+) -> None:
+    """A bucket that does not exist is a wrong setting no retry can fix: exit 78
+    (ConfigurationError in the README's table), not 74 (StoreError, which job.yaml
+    retries), from every command and from the library; the message names the bucket,
+    the store URL and the fix, and the error is still a StoreError for `except`."""
+    s3_env(moto_server)
+    url = "s3://resumable-no-such-bucket-cli/runs"
+    for args in (["ls", url], ["show", url, "r1"], ["verify", url, "r1"],
+                 ["rm", url, "r1", "--yes"], ["rm", "--completed", url, "--yes"]):
+        proc = cli(*args)
+        assert_one_line_error(proc)
+        assert proc.returncode == EXIT_CONFIG, (args, proc.returncode, proc.stderr)
+        assert url in proc.stderr and "NoSuchBucket" in proc.stderr, proc.stderr
+        assert "aws s3 mb s3://resumable-no-such-bucket-cli" in proc.stderr, proc.stderr
+    with pytest.raises(StoreError) as info:
+        open_store(url).list("r1/")
+    assert info.value.exit_code == EXIT_CONFIG
+
+
+# -- 3. every run ls lists can be named --------------------------------------------
+
+WEIRD = "weird ☃ 100%"
+
+
+def put_record(store_url: str, run_id: str, name: str, kind: str, *, step: int = 0,
+               epoch: int = 1) -> None:
+    """An object of the run as the library writes it (bound to its key by its header)."""
+    frames = _format.encode([b"\x80\x05K\x01."], kind=kind, serializer="pickle", step=step,
+                            epoch=epoch, created=1.7e9, name=f"{run_id}/{name}")
+    open_store(store_url).put(f"{run_id}/{name}", frames)
+
+
+def test_every_run_ls_lists_can_be_shown_verified_and_removed(store_url: str) -> None:
+    """A folder of run objects under a name the library would not choose as a run id
+    (spaces, a snowman, a percent sign: copied or renamed by hand, or written by another
+    tool) is listed by `ls`; show, verify and rm take that name too, as the store holds
+    such keys. Ids that could leave the store (`..`, separators) are still refused."""
+    for name, kind, step in (("epoch-00000001", "epoch", 0),
+                             ("ckpt-00000001-000000000001", "ckpt", 1)):
+        put_record(store_url, WEIRD, name, kind, step=step)
+    populate(store_url, "done", n=2)
+    listed = cli("ls", store_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {r["run_id"] for r in json.loads(listed.stdout)["runs"]} == {WEIRD, "done"}
+    shown = cli("show", store_url, WEIRD)
+    assert shown.returncode == 0, shown.stderr
+    assert "ckpt-00000001-000000000001" in shown.stdout
+    verified = cli("verify", store_url, WEIRD)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+    removed = cli("rm", store_url, WEIRD, "--yes")
+    assert removed.returncode == 0, removed.stderr
+    assert open_store(store_url).list(f"{WEIRD}/") == []
+    assert [r["run_id"] for r in json.loads(cli("ls", store_url, "--json").stdout)[
+        "runs"]] == ["done"]
+    for bad in ("..", "../done", "done/..", "a\\b", "x\ny"):
+        proc = cli("rm", store_url, bad, "--yes")
+        assert_one_line_error(proc)
+        assert proc.returncode == EXIT_CONFIG, (bad, proc.stderr)
+    assert open_store(store_url).list("done/")
+
+
+def test_ls_names_run_folders_no_command_can_take_in_a_note(tmp_path: Path) -> None:
+    """A folder of run objects whose name has a control character (or is '..' on S3)
+    cannot be given to show/verify/rm; ls does not list it as a run but says it is there."""
+    url = (tmp_path / "store").as_uri()
+    put_record(url, "tab\there", "epoch-00000001", "epoch")
+    populate(url, "done", n=2)
+    proc = cli("ls", url, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["run_id"] for r in json.loads(proc.stdout)["runs"]] == ["done"]
+    assert "'tab\\there' contains control characters" in proc.stderr, proc.stderr
+    proc = cli("rm", url, "tab\there", "--yes")
+    assert proc.returncode == EXIT_CONFIG and "control characters" in proc.stderr
+
+
+# -- 4. ATTEMPTS --------------------------------------------------------------------
+
+
+def test_show_counts_only_attempt_records_that_verify(store: Path) -> None:
+    """`ls` counts attempt records by name (one listing, no GET per record: ls of 1,000
+    runs stays one listing); `show` reads one run and counts only the records that
+    verify, naming the ones that do not."""
+    run = store / "done"
+    (run / "epoch-00000007").write_bytes(b"not an attempt record\n")
+    shutil.copy(run / "epoch-00000001", run / "epoch-00000008")  # bound to another key
+    runs = {r["run_id"]: r for r in json.loads(cli("ls", str(store), "--json").stdout)["runs"]}
+    assert runs["done"]["attempts"] == 3  # names, as documented
+    proc = cli("show", str(store), "done", "--json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["attempts"] == 1, shown
+    assert shown["attempt_records_failing"] == ["epoch-00000007", "epoch-00000008"]
+    table = cli("show", str(store), "done")
+    assert table.returncode == 0, table.stderr
+    line = [x for x in table.stdout.splitlines() if x.startswith("attempts:")]
+    assert line and line[0].startswith("attempts: 1 ") and "epoch-00000007" in line[0], line
+
+
+def test_ls_counts_only_names_of_attempt_records(store: Path) -> None:
+    """ATTEMPTS counts `epoch-<8 digits>` names, as the library names its records (and
+    as cf36db8 made a folder a run): someone's epoch-notes.txt in the run is no attempt."""
+    (store / "done" / "epoch-notes.txt").write_bytes(b"restarted it after the outage\n")
+    (store / "done" / "epoch-1").write_bytes(b"x")
+    runs = {r["run_id"]: r for r in json.loads(cli("ls", str(store), "--json").stdout)["runs"]}
+    assert runs["done"]["attempts"] == 1
+
+
+# -- 5. a damaged result ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_show_says_the_result_exists_but_fails_verification(store: Path, damage: str) -> None:
+    """A damaged result is not just "not complete": `show` says the result is there but
+    fails verification, naming the key and suggesting `resumable verify`; `verify`
+    fails the run (exit 65) naming it; `ls` marks the run's COMPLETE as damaged when
+    the result's header is (ls reads headers only)."""
+    result = store / "done" / "result"
+    if damage == "flip":
+        flip_last_byte(result)
+    else:
+        result.write_bytes(result.read_bytes()[:-1])
+    proc = cli("show", str(store), "done")
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stdout.splitlines() if x.startswith("complete:")]
+    assert line, proc.stdout
+    assert "fails verification" in line[0] and "'done/result'" in line[0], line
+    assert f"resumable verify {store.as_uri()} done" in line[0], line
+    shown = json.loads(cli("show", str(store), "done", "--json").stdout)
+    assert shown["complete"] is False and shown["result_problem"], shown
+    proc = cli("verify", str(store), "done")
+    assert proc.returncode == EXIT_CORRUPT and "result" in proc.stderr, proc.stderr
+    if damage == "truncate":
+        table = cli("ls", str(store)).stdout
+        row = [x.split() for x in table.splitlines() if x.startswith("done ")]
+        assert row and row[0][4] == "damaged", table
+        runs = {r["run_id"]: r for r in json.loads(cli("ls", str(store), "--json").stdout)[
+            "runs"]}
+        assert runs["done"]["complete"] is False and runs["done"]["result_problem"]
+    intact = json.loads(cli("show", str(store), "half", "--json").stdout)
+    assert intact["result_problem"] is None
+
+
+# -- 6. STORE and RUN_ID the wrong way round ---------------------------------------
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "rm"])
+def test_swapped_arguments_get_the_command_the_right_way_round(
+    store: Path, command: str, memory_url: str
+) -> None:
+    """`resumable show RUN STORE`: the second argument is a store (an existing folder,
+    an s3:// or memory:// URL), the first is no store holding it: the one-line error
+    suggests `resumable show STORE RUN`, and nothing is deleted."""
+    for second in (str(store), store.as_uri(), memory_url, "s3://some-bucket/runs"):
+        args = [command, "done", second] + (["--yes"] if command == "rm" else [])
+        proc = cli(*args)
+        assert_one_line_error(proc)
+        assert f"STORE comes first, `resumable {command} {second} done`" in proc.stderr, (
+            second, proc.stderr)
+    assert (store / "done" / "result").exists()
+    # Arguments the right way round, with the run missing: no swap is suggested.
+    proc = cli(command, str(store), "nothing-here", *(["--yes"] if command == "rm" else []))
+    assert proc.returncode == EXIT_NOT_FOUND and "comes first" not in proc.stderr, proc.stderr
