@@ -699,7 +699,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted", file=sys.stderr)
             return EXIT_FAILURE
-    for name in names:
+    # Attempt records first: an attempt still writing the run stops at its next save
+    # (FencedError) instead of finishing into a run that is gone.
+    for name in sorted(names, key=lambda n: not n.startswith(EPOCH)):
         store.delete(f"{args.run_id}/{name}")
     remove_temp = getattr(store, "remove_temp_files", None)
     if remove_temp is not None:  # left by saves that were killed mid-write
