@@ -192,7 +192,7 @@ RETRY_DEADLINE = Setting(
 TERM_TIMEOUT = Setting(
     "RESUMABLE_TERM_TIMEOUT", 20.0, "20",
     "seconds after SIGTERM a run may take to reach its next yield before its body is "
-    "interrupted (also what exit handlers get afterwards)",
+    "interrupted (also what the program's own cleanup and exit handlers get afterwards)",
     _seconds, "a number of seconds >= 0, e.g. 20 (the pod's terminationGracePeriodSeconds "
     "must cover it plus one save)")
 EXIT_CODES = Setting(
