@@ -352,6 +352,10 @@ class _Execution:
         except BaseException as err:
             log.error("run %s: a save failed: %s", self.run.where(), err)
 
+    @property
+    def saving(self) -> bool:
+        return self.uploader.pending
+
     def close_at_exit(self) -> None:
         outer = self.outer() if self.outer is not None else None
         if outer is not None:

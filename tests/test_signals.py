@@ -354,6 +354,46 @@ def test_a_program_whose_cleanup_hangs_after_sigterm_still_exits_143(tmp_path: P
     assert latest is not None and latest.step >= 2
 
 
+_SLOW_SAVE_AFTER_SIGTERM = """
+import os, signal, time
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+class SlowUplink(LocalStore):
+    def put(self, key, data):
+        if key.endswith("-000000000003"):
+            print("SAVING", flush=True)
+            time.sleep(2.5)  # one upload of a large state: 10 x $RESUMABLE_TERM_TIMEOUT
+        super().put(key, data)
+
+@checkpointed(store=SlowUplink({store!r}), run_id="r", every=1000)
+def count(*, state=None):
+    s = state or 0
+    while True:
+        s += 1
+        if s == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # the body reaches its yield: state 3
+        yield s
+
+count()
+"""
+
+
+def test_a_slow_save_after_sigterm_is_not_cut_by_the_exit_guard(tmp_path: Path) -> None:
+    """The timeout bounds the body's way to its yield, not the save after it (the README:
+    the grace period covers the timeout plus one upload). The exit guard started when the
+    main thread's run raised Terminated must wait for that save, however long. Before: it
+    gave the runs 3 x $RESUMABLE_TERM_TIMEOUT, then left with 143 in the middle of the
+    upload ("its saves are done"), and state 3 was lost."""
+    with _child(tmp_path, _SLOW_SAVE_AFTER_SIGTERM, RESUMABLE_TERM_TIMEOUT="0.25") as child:
+        child.wait_for_line("SAVING")
+        status, _, err = child.finish()
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "did not exit after its runs stopped" not in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 3, err[-3000:]
+
+
 _TAKEN_BY_ANOTHER_THREAD = """
 import ctypes, os, signal, threading, time
 from resumable import checkpointed
