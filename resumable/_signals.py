@@ -503,7 +503,10 @@ def _at_exit() -> None:
             except BaseException as err:  # exit goes on; say what was not saved
                 log.error("saving a run at exit failed: %s", err)
     if _term_at is not None:
-        _wait_for_flagged(_term_at + 2 * term_timeout())  # the watchdog acts meanwhile
+        # The watchdog acts meanwhile. A save is waited for: Python may not join the
+        # run's thread (3.11 marks a thread stopped when the handler's Terminated cut
+        # the main thread's join of it), so this wait is all the save gets.
+        _wait_for_flagged_saves(_term_at + 2 * term_timeout())
         chain_once()
         if not interactive():
             threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()

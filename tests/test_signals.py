@@ -394,6 +394,52 @@ def test_a_slow_save_after_sigterm_is_not_cut_by_the_exit_guard(tmp_path: Path) 
     assert latest is not None and latest.step == 3, err[-3000:]
 
 
+_SLOW_SAVE_IN_A_THREAD = """
+import os, signal, threading, time
+import resumable
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+sent = threading.Event()
+
+class SlowUplink(LocalStore):
+    def put(self, key, data):
+        if sent.is_set() and "/ckpt-" in key:
+            print("SAVING", key, flush=True)
+            time.sleep(2.5)  # one upload of a large state: 10 x $RESUMABLE_TERM_TIMEOUT
+        super().put(key, data)
+
+@checkpointed(store=SlowUplink({store!r}), run_id="r", every=10**9)  # SIGTERM saves only
+def count(*, state=None):
+    s = state or 0
+    while True:
+        s += 1
+        if s == 3:
+            sent.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield s
+
+resumable.install_signal_handlers()
+worker = threading.Thread(target=count)
+worker.start()
+worker.join()
+"""
+
+
+def test_a_slow_save_in_a_worker_thread_after_sigterm_is_waited_for(tmp_path: Path) -> None:
+    """The same for a run in a worker thread: the main thread ends with Terminated and
+    the exit hook waits for the run's save, however long, before the exit handlers get
+    their timeout. Before: it waited 2 x $RESUMABLE_TERM_TIMEOUT, then the exit guard
+    left with 143 in the middle of the upload ("the exit handlers did not finish")."""
+    with _child(tmp_path, _SLOW_SAVE_IN_A_THREAD, RESUMABLE_TERM_TIMEOUT="0.25") as child:
+        saving = child.wait_for_line("SAVING").split()[1]
+        status, _, err = child.finish()
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "did not finish" not in err and "did not exit" not in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.key == saving, err[-3000:]
+
+
 _TAKEN_BY_ANOTHER_THREAD = """
 import ctypes, os, signal, threading, time
 from resumable import checkpointed
