@@ -47,7 +47,7 @@ from .serializers import (
     loads_frames,
 )
 from .stores import Store
-from .stores._base import Buffer, join_payload, payload_size
+from .stores._base import Buffer, Payload, join_payload, payload_size
 
 log = logging.getLogger("resumable")
 
@@ -736,7 +736,7 @@ class Run:
         snap.rng_frame()
         payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
                                snap.created)
-        self.store.put(self.key(name), payload)
+        self._put_checked(name, payload)
         log.debug("saved %s (%d bytes, %.3f s)", self.where(name), payload_size(payload),
                   time.perf_counter() - started)
         if name not in self._known:
@@ -749,6 +749,18 @@ class Run:
         self.check_not_deleted((name,))
         self.prune()
         return name
+
+    def _put_checked(self, name: str, payload: Payload, written: Sequence[str] = ()) -> None:
+        """``store.put``; a write that fails because the run was deleted under it (`rm`
+        removed the temp file being renamed, or the run's folder) raises FencedError, as
+        the deletion found after a write does, not the StoreError of a storage fault.
+        Only a failure where something vanished costs the GET that tells."""
+        try:
+            self.store.put(self.key(name), payload)
+        except StoreError as err:
+            if isinstance(err.__cause__, FileNotFoundError):
+                self.check_not_deleted((name, *written))
+            raise
 
     def prune(self) -> None:
         if self.keep is None:
@@ -765,8 +777,8 @@ class Run:
         self.check_not_deleted((RNG_END,))  # written just before, if RNGs are captured
         frames = dumps_frames(self.serializer, value, f"the return value of run {self.where()}",
                               root="result")
-        self.store.put(self.key(RESULT),
-                       self._encode(RESULT, frames, "result", self.serializer.name))
+        self._put_checked(RESULT, self._encode(RESULT, frames, "result", self.serializer.name),
+                          (RNG_END,))
         self.check_not_deleted((RESULT, RNG_END))
 
     def reset(self) -> int:

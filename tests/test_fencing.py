@@ -513,3 +513,58 @@ def test_a_forged_own_record_does_not_stop_a_signed_run() -> None:
     store.delete("r/epoch-00000001")
     with pytest.raises(FencedError, match="is gone"):
         _write(run, 2)
+
+
+_WRITER_HELD_BEFORE_RENAME = """
+import sys, time
+from pathlib import Path
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+GO = Path(sys.argv[2])
+
+class HeldStore(LocalStore):
+    def _write_temp(self, key, data):
+        tmp = super()._write_temp(key, data)
+        if "/ckpt-" in key:
+            print("WRITING", key, flush=True)  # the temp file is written; the rename follows
+            while not GO.exists():
+                time.sleep(0.01)
+        return tmp
+
+@checkpointed(store=HeldStore(sys.argv[1]), run_id="live")
+def once(*, state=None):
+    yield 1  # one yield: its save is the final one, waited for before the result
+
+print("RESULT", once(), flush=True)
+"""
+
+
+def test_resumable_rm_during_a_local_write_stops_the_writer_as_fenced(tmp_path: Path) -> None:
+    """`resumable rm` lands while the writer's checkpoint sits in its temp file: rm removes
+    the temp file with the run's folder (the leftovers of killed saves), so the rename
+    fails. That is the deletion, not a storage fault: FencedError (exit 73), not
+    StoreError (exit 74, retried by a Job, "check that the folder exists and is
+    writable"). Before: exit 74 with that StoreError."""
+    store, go = tmp_path / "store", tmp_path / "go"
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER_HELD_BEFORE_RENAME)
+    writer = subprocess.Popen([sys.executable, str(script), str(store), str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert writer.stdout is not None
+    try:
+        assert writer.stdout.readline().startswith(b"WRITING")
+        rm = subprocess.run([sys.executable, "-m", "resumable.cli", "rm", str(store), "live",
+                             "--yes"], capture_output=True, text=True, timeout=60)
+        assert rm.returncode == 0, rm.stderr
+        go.touch()
+        out, err = writer.communicate(timeout=60)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert writer.returncode == EXIT_FENCED, (writer.returncode, err.decode()[-2000:])
+    assert b"was deleted while this attempt" in err
+    assert b"RESULT" not in out
+    assert open_store(str(store)).list("live/") == []
