@@ -440,6 +440,36 @@ def test_a_slow_save_in_a_worker_thread_after_sigterm_is_waited_for(tmp_path: Pa
     assert latest is not None and latest.key == saving, err[-3000:]
 
 
+def test_the_watchdog_waiting_for_saves_leaves_their_failure_to_the_run(
+    memory_url: str,
+) -> None:
+    """After a SIGTERM the watchdog waits for a flagged run's saves (wait_for_saves) while
+    the run flushes them itself. A save that failed must still reach the run, which then
+    ends with that error (74, or 73 for a deleted run) rather than 143 "saved at step".
+    Before: the watchdog's flush took the failure (and only logged it), and whichever of
+    the two woke first decided the exit status: 143 in about half the runs of
+    /tmp/r12/watchdog_eats_error.py (review12)."""
+    from resumable import checkpointed
+    from resumable._errors import StoreError
+
+    @checkpointed(store=memory_url, run_id="r")
+    def f(*, state=None):  # type: ignore[no-untyped-def]
+        yield 1
+
+    execution = f._execution((), {})
+
+    def fails() -> None:
+        raise StoreError("put failed for good")
+
+    execution.uploader.submit(fails)
+    try:
+        execution.wait_for_saves()  # the watchdog's wait
+        with pytest.raises(StoreError, match="for good"):
+            execution.uploader.flush()  # the run's own
+    finally:
+        execution.uploader.close()
+
+
 _TAKEN_BY_ANOTHER_THREAD = """
 import ctypes, os, signal, threading, time
 from resumable import checkpointed
