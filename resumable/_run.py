@@ -785,7 +785,14 @@ class Run:
         """Delete every object of the run; returns how many."""
         keys = self.store.list(self.run_id + "/")
         # Attempt records first: a live attempt of the run notices at its next save.
-        for k in sorted(keys, key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
+        epochs = [k for k in keys if k.rsplit("/", 1)[1].startswith(EPOCH)]
+        for k in epochs:
+            self.store.delete(k)
+        # An attempt whose last check passed before its record went may have written
+        # since the listing (its last checkpoint, the result) and never looks again.
+        keys = sorted(set(keys) | set(self.store.list(self.run_id + "/")))
+        for k in sorted((k for k in keys if k not in epochs),
+                        key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
             self.store.delete(k)
         self._known = []
         self._remove_stale_temp()

@@ -708,7 +708,14 @@ def cmd_rm(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     # Attempt records first: an attempt still writing the run stops at its next save
     # (FencedError) instead of finishing into a run that is gone.
-    for name in sorted(names, key=lambda n: not n.startswith(EPOCH)):
+    epochs = [n for n in names if n.startswith(EPOCH)]
+    for name in epochs:
+        store.delete(f"{args.run_id}/{name}")
+    # An attempt whose last check passed before its record went may have written since
+    # the listing (its last checkpoint, the result) and never looks again: list again.
+    names = sorted(set(names) | set(_run_names(store, args.run_id)))
+    for name in sorted((n for n in names if n not in epochs),
+                       key=lambda n: not n.startswith(EPOCH)):
         store.delete(f"{args.run_id}/{name}")
     remove_temp = getattr(store, "remove_temp_files", None)
     if remove_temp is not None:  # left by saves that were killed mid-write

@@ -568,3 +568,64 @@ def test_resumable_rm_during_a_local_write_stops_the_writer_as_fenced(tmp_path: 
     assert b"was deleted while this attempt" in err
     assert b"RESULT" not in out
     assert open_store(str(store)).list("live/") == []
+
+
+class HookStore(DelegatingStore):
+    """Runs ``hook`` once, right after the next ``on`` call ("list" or "get") whose key
+    starts with ``of``: what another process does at that point of this one."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.hook: Callable[[], None] | None = None
+        self.on, self.of = "list", ""
+
+    def _after(self, op: str, key: str) -> None:
+        if op == self.on and key.startswith(self.of):
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        listed = self.inner.list(prefix, start_after)
+        self._after("list", prefix)
+        return listed
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        found = self.inner.get(key)
+        self._after("get", key)
+        return found
+
+
+@pytest.mark.parametrize("how", ["reset", "cli"])
+def test_a_writer_that_finishes_between_rms_listing_and_its_deletions_leaves_nothing(
+    how: str, memory_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rm` lists the run, then deletes: epoch records first. A writer whose last check
+    passed before its record went has written after the listing (its last checkpoints,
+    rng-end, the result) and never looks again. Those must go too, or the deleted run
+    comes back as complete with no attempt (f() returns the deleted run's result).
+    Before: left ['ckpt-00000001-000000000003', 'result', 'rng-end']."""
+    from resumable import checkpointed
+    from resumable import cli as cli_module
+
+    monkeypatch.setenv("RESUMABLE_SYNC", "1")  # each save done before the next yield
+    store = HookStore(MemoryStore(memory_url.removeprefix("memory://")))
+
+    @checkpointed(store=store, run_id="r", keep=1)
+    def count(n: int, *, state: int | None = None) -> Iterator[int]:
+        s = state or 0
+        while s < n:
+            s += 1
+            yield s
+        return s
+
+    it = count.iter(3)
+    assert next(it) == 1  # a live writer, between two generations
+    store.hook = lambda: list(it)  # it finishes: saves, rng-end, the result
+    if how == "reset":
+        Run(store, "r").reset()
+    else:
+        monkeypatch.setattr(cli_module, "open_store", lambda url: store)
+        assert cli_module.main(["rm", memory_url, "r", "--yes"]) == 0
+    assert it.result == 3  # it did finish, with its checks passed
+    assert store.inner.list("r/") == []
