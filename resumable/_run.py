@@ -599,7 +599,15 @@ class Run:
         were seen.
         """
         self.claim_epoch(pending=True)  # refuses a signed run without a key, writing nothing
-        latest = self.load_latest(with_state=with_state)
+        try:
+            latest = self.load_latest(with_state=with_state)
+        except StoreError:  # checkpoints vanished while loading: `rm` says so by our record
+            self.check_not_deleted()
+            raise
+        # `rm` during the load (a large checkpoint downloads for a while) deleted our
+        # pending record; rewriting it would bring the run back, and another attempt may
+        # have claimed the number since. One GET.
+        self.check_not_deleted()
         self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
         return latest
 

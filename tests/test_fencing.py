@@ -629,3 +629,22 @@ def test_a_writer_that_finishes_between_rms_listing_and_its_deletions_leaves_not
         assert cli_module.main(["rm", memory_url, "r", "--yes"]) == 0
     assert it.result == 3  # it did finish, with its checks passed
     assert store.inner.list("r/") == []
+
+
+def test_a_run_deleted_while_an_attempt_loads_it_stays_deleted(memory_url: str) -> None:
+    """`rm` lands between a new attempt's claim and the rewrite of its record with the
+    checkpoint it resumes from (the download of a large checkpoint takes a while). The
+    rewrite must not bring the deleted record back, or the attempt runs on into the
+    deleted run and it reappears. Before: claim_and_load returned the deleted run's
+    checkpoint and the attempt's record was back (DID NOT RAISE FencedError)."""
+    store = HookStore(MemoryStore(memory_url.removeprefix("memory://")))
+    a = _claimed(store)
+    _write(a, 1)
+    _write(a, 2)
+    b = Run(store, "r", keep=None)
+    # b has read the checkpoint it resumes from: rm comes before b records it
+    store.on, store.of = "get", "r/ckpt-"
+    store.hook = lambda: Run(store.inner, "r").reset()
+    with pytest.raises(FencedError, match="is gone"):
+        b.claim_and_load()
+    assert store.inner.list("r/") == []
