@@ -415,7 +415,9 @@ def _wait_for_flagged_saves(deadline: float) -> bool:
             flagged = [r for r in _flagged if r in _runs]
         if not any(r.saving for r in flagged):
             return False
-        deadline = time.monotonic() + term_timeout()
+        # Looked at again after a while (at least a second: a timeout of 0 must not spin);
+        # a run that leaves wakes the wait at once.
+        deadline = time.monotonic() + max(term_timeout(), 1.0)
     return True
 
 
