@@ -347,10 +347,13 @@ class _Execution:
         self.interrupted = True
 
     def wait_for_saves(self) -> None:
-        try:
-            self.uploader.flush()
-        except BaseException as err:
-            log.error("run %s: a save failed: %s", self.run.where(), err)
+        # Waits only: a failure is the run's to raise (its own flush ends it with that
+        # error's exit status); taken here, the run would exit 143 as if saved.
+        self.uploader.wait_idle()
+
+    @property
+    def saving(self) -> bool:
+        return self.uploader.pending
 
     def close_at_exit(self) -> None:
         outer = self.outer() if self.outer is not None else None

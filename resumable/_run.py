@@ -47,7 +47,7 @@ from .serializers import (
     loads_frames,
 )
 from .stores import Store
-from .stores._base import Buffer, join_payload, payload_size
+from .stores._base import Buffer, Payload, join_payload, payload_size
 
 log = logging.getLogger("resumable")
 
@@ -599,7 +599,15 @@ class Run:
         were seen.
         """
         self.claim_epoch(pending=True)  # refuses a signed run without a key, writing nothing
-        latest = self.load_latest(with_state=with_state)
+        try:
+            latest = self.load_latest(with_state=with_state)
+        except StoreError:  # checkpoints vanished while loading: `rm` says so by our record
+            self.check_not_deleted()
+            raise
+        # `rm` during the load (a large checkpoint downloads for a while) deleted our
+        # pending record; rewriting it would bring the run back, and another attempt may
+        # have claimed the number since. One GET.
+        self.check_not_deleted()
         self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
         return latest
 
@@ -736,7 +744,7 @@ class Run:
         snap.rng_frame()
         payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
                                snap.created)
-        self.store.put(self.key(name), payload)
+        self._put_checked(name, payload)
         log.debug("saved %s (%d bytes, %.3f s)", self.where(name), payload_size(payload),
                   time.perf_counter() - started)
         if name not in self._known:
@@ -749,6 +757,18 @@ class Run:
         self.check_not_deleted((name,))
         self.prune()
         return name
+
+    def _put_checked(self, name: str, payload: Payload, written: Sequence[str] = ()) -> None:
+        """``store.put``; a write that fails because the run was deleted under it (`rm`
+        removed the temp file being renamed, or the run's folder) raises FencedError, as
+        the deletion found after a write does, not the StoreError of a storage fault.
+        Only a failure where something vanished costs the GET that tells."""
+        try:
+            self.store.put(self.key(name), payload)
+        except StoreError as err:
+            if isinstance(err.__cause__, FileNotFoundError):
+                self.check_not_deleted((name, *written))
+            raise
 
     def prune(self) -> None:
         if self.keep is None:
@@ -765,15 +785,22 @@ class Run:
         self.check_not_deleted((RNG_END,))  # written just before, if RNGs are captured
         frames = dumps_frames(self.serializer, value, f"the return value of run {self.where()}",
                               root="result")
-        self.store.put(self.key(RESULT),
-                       self._encode(RESULT, frames, "result", self.serializer.name))
+        self._put_checked(RESULT, self._encode(RESULT, frames, "result", self.serializer.name),
+                          (RNG_END,))
         self.check_not_deleted((RESULT, RNG_END))
 
     def reset(self) -> int:
         """Delete every object of the run; returns how many."""
         keys = self.store.list(self.run_id + "/")
         # Attempt records first: a live attempt of the run notices at its next save.
-        for k in sorted(keys, key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
+        epochs = [k for k in keys if k.rsplit("/", 1)[1].startswith(EPOCH)]
+        for k in epochs:
+            self.store.delete(k)
+        # An attempt whose last check passed before its record went may have written
+        # since the listing (its last checkpoint, the result) and never looks again.
+        keys = sorted(set(keys) | set(self.store.list(self.run_id + "/")))
+        for k in sorted((k for k in keys if k not in epochs),
+                        key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
             self.store.delete(k)
         self._known = []
         self._remove_stale_temp()

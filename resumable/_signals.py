@@ -90,8 +90,11 @@ def _guard_unwinding() -> None:
 
 def _unwind_guard() -> None:
     timeout = term_timeout()
-    # Runs in other threads may still be saving; the watchdog ends those that never stop.
-    _wait_for_flagged(time.monotonic() + 3 * timeout)
+    # The runs (this thread's too: it raised Terminated before its last save) may still
+    # be saving, for as long as one upload of the state takes (the grace period covers
+    # it, not some multiple of the timeout): a save is waited for, as the watchdog does.
+    # A run that is not saving gets 3 x the timeout (the watchdog ends those that never stop).
+    _wait_for_flagged_saves(time.monotonic() + 3 * timeout)
     time.sleep(timeout)
     _hard_exit("the program did not exit after its runs stopped (code on its way out "
                "hangs: a multiprocessing pool whose workers the SIGTERM killed while one "
@@ -113,6 +116,8 @@ class Active(Protocol):
     def interrupt(self) -> None: ...  # the timeout passed: stop the body now
     def close_at_exit(self) -> None: ...  # suspended at interpreter exit: save and end
     def wait_for_saves(self) -> None: ...  # from another thread: uploads handed over are done
+    @property
+    def saving(self) -> bool: ...  # a save runs or waits to (read from another thread)
 
 
 _lock = threading.Condition(threading.Lock())
@@ -401,6 +406,21 @@ def _wait_for_flagged(deadline: float) -> bool:
     return True
 
 
+def _wait_for_flagged_saves(deadline: float) -> bool:
+    """``_wait_for_flagged``, and past ``deadline`` as long as a run it waits for has a
+    save running or handed over (one upload of the state may take longer than any
+    multiple of the timeout: the grace period covers it), then a timeout more."""
+    while not _wait_for_flagged(deadline):
+        with _lock:
+            flagged = [r for r in _flagged if r in _runs]
+        if not any(r.saving for r in flagged):
+            return False
+        # Looked at again after a while (at least a second: a timeout of 0 must not spin);
+        # a run that leaves wakes the wait at once.
+        deadline = time.monotonic() + max(term_timeout(), 1.0)
+    return True
+
+
 _leaving = False  # _hard_exit has begun
 
 
@@ -485,7 +505,10 @@ def _at_exit() -> None:
             except BaseException as err:  # exit goes on; say what was not saved
                 log.error("saving a run at exit failed: %s", err)
     if _term_at is not None:
-        _wait_for_flagged(_term_at + 2 * term_timeout())  # the watchdog acts meanwhile
+        # The watchdog acts meanwhile. A save is waited for: Python may not join the
+        # run's thread (3.11 marks a thread stopped when the handler's Terminated cut
+        # the main thread's join of it), so this wait is all the save gets.
+        _wait_for_flagged_saves(_term_at + 2 * term_timeout())
         chain_once()
         if not interactive():
             threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()

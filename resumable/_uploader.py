@@ -116,6 +116,11 @@ class Uploader:
         """A save is running now."""
         return self._busy
 
+    @property
+    def pending(self) -> bool:
+        """A save is running or waits to (a racy read, for other threads' decisions)."""
+        return self._busy or self._waiting is not None
+
     def drop_waiting(self) -> bool:
         """Take back a save that has not started (a newer one is about to replace it)."""
         with self._cond:

@@ -205,6 +205,21 @@ def _run_id_problem(run_id: str) -> str | None:
     return None
 
 
+def _drop_unnamable(store: Store, runs: dict[str, Any], done: str) -> None:
+    """Folders of run objects under a name no command can take (`..` or the empty name
+    of a doubled slash on S3) are taken out of ``runs``, with a note: what `ls` does not
+    list, no command touches."""
+    unnamable = {r: p for r in runs if (p := _run_id_problem(r))}
+    for run_id in unnamable:
+        del runs[run_id]
+    if unnamable:
+        named = [f"{r!r} {p}" for r, p in sorted(unnamable.items())]
+        shown = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+        print(f"note: {len(named)} folder(s) of run objects in {store.url} are not {done}, "
+              f"as {PROG} show, verify and rm cannot name them ({shown}); use the store's "
+              "own tools", file=sys.stderr)
+
+
 def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[str]:
     """The run's object names; a CliError (exit 66) when ``run_id`` names no run: nothing
     there, a folder of runs, or a folder with no object the library writes (someone
@@ -333,16 +348,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     runs, folders = _group_runs(keys)
     if not keys:
         _require_store(store, args)
-    # Folders of run objects under a name no command can take (`..` on S3): not rows.
-    unnamable = {r: p for r in runs if (p := _run_id_problem(r))}
-    for run_id in unnamable:
-        del runs[run_id]
-    if unnamable:
-        named = [f"{r!r} {p}" for r, p in sorted(unnamable.items())]
-        shown = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
-        print(f"note: {len(named)} folder(s) of run objects in {store.url} are not listed, "
-              f"as {PROG} show, verify and rm cannot name them ({shown}); use the store's "
-              "own tools", file=sys.stderr)
+    _drop_unnamable(store, runs, "listed")
     if not runs and folders:
         shown = " or ".join(_below(store.url, f) for f in folders[:3])
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
@@ -639,6 +645,7 @@ def _rm_completed(args: argparse.Namespace) -> int:
             runs.setdefault(run_id, []).append(name)
     if not runs:
         _require_store(store, args)
+    _drop_unnamable(store, runs, "deleted")
     doomed: list[tuple[str, list[str], str]] = []
     now = time.time()
     for run_id, names in sorted(runs.items()):
@@ -701,7 +708,14 @@ def cmd_rm(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     # Attempt records first: an attempt still writing the run stops at its next save
     # (FencedError) instead of finishing into a run that is gone.
-    for name in sorted(names, key=lambda n: not n.startswith(EPOCH)):
+    epochs = [n for n in names if n.startswith(EPOCH)]
+    for name in epochs:
+        store.delete(f"{args.run_id}/{name}")
+    # An attempt whose last check passed before its record went may have written since
+    # the listing (its last checkpoint, the result) and never looks again: list again.
+    names = sorted(set(names) | set(_run_names(store, args.run_id)))
+    for name in sorted((n for n in names if n not in epochs),
+                       key=lambda n: not n.startswith(EPOCH)):
         store.delete(f"{args.run_id}/{name}")
     remove_temp = getattr(store, "remove_temp_files", None)
     if remove_temp is not None:  # left by saves that were killed mid-write

@@ -157,6 +157,35 @@ def test_ls_names_run_folders_no_command_can_take_in_a_note(tmp_path: Path) -> N
     assert proc.returncode == EXIT_CONFIG and "control characters" in proc.stderr
 
 
+@pytest.mark.s3
+def test_rm_completed_leaves_run_folders_ls_does_not_list(
+    moto_server: S3Server, s3_env: Callable[..., Any]
+) -> None:
+    """On S3 a completed run's objects may sit under a folder no command can name (the
+    empty name of a doubled slash, '..'): ls leaves them out with a note, and so does
+    `rm --completed`, which deletes the other completed runs. Before: it read
+    '<prefix>//result' through the store, which refused the key, and stopped with exit 78
+    having deleted nothing ("invalid key '/result'")."""
+    s3_env(moto_server)
+    url = moto_server.new_store_url()
+    populate(url, "done", n=2)
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    client = moto_server.client()
+    store = open_store(url)
+    for name in store.list("done/"):
+        body = bytes(store.get(name) or b"")
+        for odd in ("", ".."):
+            client.put_object(Bucket=bucket, Key=f"{prefix}/{odd}/{name.split('/', 1)[1]}",
+                              Body=body)
+    proc = cli("rm", "--completed", url, "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert "deleted 1 completed run(s)" in proc.stdout, proc.stdout
+    assert "'' is not a folder name" in proc.stderr, proc.stderr
+    assert store.list("done/") == []
+    left = {o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert f"{prefix}//result" in left and f"{prefix}/../result" in left
+
+
 # -- 4. ATTEMPTS --------------------------------------------------------------------
 
 

@@ -513,3 +513,138 @@ def test_a_forged_own_record_does_not_stop_a_signed_run() -> None:
     store.delete("r/epoch-00000001")
     with pytest.raises(FencedError, match="is gone"):
         _write(run, 2)
+
+
+_WRITER_HELD_BEFORE_RENAME = """
+import sys, time
+from pathlib import Path
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+GO = Path(sys.argv[2])
+
+class HeldStore(LocalStore):
+    def _write_temp(self, key, data):
+        tmp = super()._write_temp(key, data)
+        if "/ckpt-" in key:
+            print("WRITING", key, flush=True)  # the temp file is written; the rename follows
+            while not GO.exists():
+                time.sleep(0.01)
+        return tmp
+
+@checkpointed(store=HeldStore(sys.argv[1]), run_id="live")
+def once(*, state=None):
+    yield 1  # one yield: its save is the final one, waited for before the result
+
+print("RESULT", once(), flush=True)
+"""
+
+
+def test_resumable_rm_during_a_local_write_stops_the_writer_as_fenced(tmp_path: Path) -> None:
+    """`resumable rm` lands while the writer's checkpoint sits in its temp file: rm removes
+    the temp file with the run's folder (the leftovers of killed saves), so the rename
+    fails. That is the deletion, not a storage fault: FencedError (exit 73), not
+    StoreError (exit 74, retried by a Job, "check that the folder exists and is
+    writable"). Before: exit 74 with that StoreError."""
+    store, go = tmp_path / "store", tmp_path / "go"
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER_HELD_BEFORE_RENAME)
+    writer = subprocess.Popen([sys.executable, str(script), str(store), str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert writer.stdout is not None
+    try:
+        assert writer.stdout.readline().startswith(b"WRITING")
+        rm = subprocess.run([sys.executable, "-m", "resumable.cli", "rm", str(store), "live",
+                             "--yes"], capture_output=True, text=True, timeout=60)
+        assert rm.returncode == 0, rm.stderr
+        go.touch()
+        out, err = writer.communicate(timeout=60)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert writer.returncode == EXIT_FENCED, (writer.returncode, err.decode()[-2000:])
+    assert b"was deleted while this attempt" in err
+    assert b"RESULT" not in out
+    assert open_store(str(store)).list("live/") == []
+
+
+class HookStore(DelegatingStore):
+    """Runs ``hook`` once, right after the next ``on`` call ("list" or "get") whose key
+    starts with ``of``: what another process does at that point of this one."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.hook: Callable[[], None] | None = None
+        self.on, self.of = "list", ""
+
+    def _after(self, op: str, key: str) -> None:
+        if op == self.on and key.startswith(self.of):
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        listed = self.inner.list(prefix, start_after)
+        self._after("list", prefix)
+        return listed
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        found = self.inner.get(key)
+        self._after("get", key)
+        return found
+
+
+@pytest.mark.parametrize("how", ["reset", "cli"])
+def test_a_writer_that_finishes_between_rms_listing_and_its_deletions_leaves_nothing(
+    how: str, memory_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rm` lists the run, then deletes: epoch records first. A writer whose last check
+    passed before its record went has written after the listing (its last checkpoints,
+    rng-end, the result) and never looks again. Those must go too, or the deleted run
+    comes back as complete with no attempt (f() returns the deleted run's result).
+    Before: left ['ckpt-00000001-000000000003', 'result', 'rng-end']."""
+    from resumable import checkpointed
+    from resumable import cli as cli_module
+
+    monkeypatch.setenv("RESUMABLE_SYNC", "1")  # each save done before the next yield
+    store = HookStore(MemoryStore(memory_url.removeprefix("memory://")))
+
+    @checkpointed(store=store, run_id="r", keep=1)
+    def count(n: int, *, state: int | None = None) -> Iterator[int]:
+        s = state or 0
+        while s < n:
+            s += 1
+            yield s
+        return s
+
+    it = count.iter(3)
+    assert next(it) == 1  # a live writer, between two generations
+    store.hook = lambda: list(it)  # it finishes: saves, rng-end, the result
+    if how == "reset":
+        Run(store, "r").reset()
+    else:
+        monkeypatch.setattr(cli_module, "open_store", lambda url: store)
+        assert cli_module.main(["rm", memory_url, "r", "--yes"]) == 0
+    assert it.result == 3  # it did finish, with its checks passed
+    assert store.inner.list("r/") == []
+
+
+def test_a_run_deleted_while_an_attempt_loads_it_stays_deleted(memory_url: str) -> None:
+    """`rm` lands between a new attempt's claim and the rewrite of its record with the
+    checkpoint it resumes from (the download of a large checkpoint takes a while). The
+    rewrite must not bring the deleted record back, or the attempt runs on into the
+    deleted run and it reappears. Before: claim_and_load returned the deleted run's
+    checkpoint and the attempt's record was back (DID NOT RAISE FencedError)."""
+    store = HookStore(MemoryStore(memory_url.removeprefix("memory://")))
+    a = _claimed(store)
+    _write(a, 1)
+    _write(a, 2)
+    b = Run(store, "r", keep=None)
+    # b has read the checkpoint it resumes from: rm comes before b records it
+    store.on, store.of = "get", "r/ckpt-"
+    store.hook = lambda: Run(store.inner, "r").reset()
+    with pytest.raises(FencedError, match="is gone"):
+        b.claim_and_load()
+    assert store.inner.list("r/") == []

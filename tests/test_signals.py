@@ -354,6 +354,122 @@ def test_a_program_whose_cleanup_hangs_after_sigterm_still_exits_143(tmp_path: P
     assert latest is not None and latest.step >= 2
 
 
+_SLOW_SAVE_AFTER_SIGTERM = """
+import os, signal, time
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+class SlowUplink(LocalStore):
+    def put(self, key, data):
+        if key.endswith("-000000000003"):
+            print("SAVING", flush=True)
+            time.sleep(2.5)  # one upload of a large state: 10 x $RESUMABLE_TERM_TIMEOUT
+        super().put(key, data)
+
+@checkpointed(store=SlowUplink({store!r}), run_id="r", every=1000)
+def count(*, state=None):
+    s = state or 0
+    while True:
+        s += 1
+        if s == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # the body reaches its yield: state 3
+        yield s
+
+count()
+"""
+
+
+def test_a_slow_save_after_sigterm_is_not_cut_by_the_exit_guard(tmp_path: Path) -> None:
+    """The timeout bounds the body's way to its yield, not the save after it (the README:
+    the grace period covers the timeout plus one upload). The exit guard started when the
+    main thread's run raised Terminated must wait for that save, however long. Before: it
+    gave the runs 3 x $RESUMABLE_TERM_TIMEOUT, then left with 143 in the middle of the
+    upload ("its saves are done"), and state 3 was lost."""
+    with _child(tmp_path, _SLOW_SAVE_AFTER_SIGTERM, RESUMABLE_TERM_TIMEOUT="0.25") as child:
+        child.wait_for_line("SAVING")
+        status, _, err = child.finish()
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "did not exit after its runs stopped" not in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.step == 3, err[-3000:]
+
+
+_SLOW_SAVE_IN_A_THREAD = """
+import os, signal, threading, time
+import resumable
+from resumable import checkpointed
+from resumable.stores._local import LocalStore
+
+sent = threading.Event()
+
+class SlowUplink(LocalStore):
+    def put(self, key, data):
+        if sent.is_set() and "/ckpt-" in key:
+            print("SAVING", key, flush=True)
+            time.sleep(2.5)  # one upload of a large state: 10 x $RESUMABLE_TERM_TIMEOUT
+        super().put(key, data)
+
+@checkpointed(store=SlowUplink({store!r}), run_id="r", every=10**9)  # SIGTERM saves only
+def count(*, state=None):
+    s = state or 0
+    while True:
+        s += 1
+        if s == 3:
+            sent.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield s
+
+resumable.install_signal_handlers()
+worker = threading.Thread(target=count)
+worker.start()
+worker.join()
+"""
+
+
+def test_a_slow_save_in_a_worker_thread_after_sigterm_is_waited_for(tmp_path: Path) -> None:
+    """The same for a run in a worker thread: the main thread ends with Terminated and
+    the exit hook waits for the run's save, however long, before the exit handlers get
+    their timeout. Before: it waited 2 x $RESUMABLE_TERM_TIMEOUT, then the exit guard
+    left with 143 in the middle of the upload ("the exit handlers did not finish")."""
+    with _child(tmp_path, _SLOW_SAVE_IN_A_THREAD, RESUMABLE_TERM_TIMEOUT="0.25") as child:
+        saving = child.wait_for_line("SAVING").split()[1]
+        status, _, err = child.finish()
+    assert status == EXIT_SIGTERM, err[-3000:]
+    assert "did not finish" not in err and "did not exit" not in err, err[-3000:]
+    latest = Run(open_store(str(tmp_path / "store")), "r").load_latest()
+    assert latest is not None and latest.key == saving, err[-3000:]
+
+
+def test_the_watchdog_waiting_for_saves_leaves_their_failure_to_the_run(
+    memory_url: str,
+) -> None:
+    """After a SIGTERM the watchdog waits for a flagged run's saves (wait_for_saves) while
+    the run flushes them itself. A save that failed must still reach the run, which then
+    ends with that error (74, or 73 for a deleted run) rather than 143 "saved at step".
+    Before: the watchdog's flush took the failure (and only logged it), and whichever of
+    the two woke first decided the exit status: 143 in about half the runs of
+    /tmp/r12/watchdog_eats_error.py (review12)."""
+    from resumable import checkpointed
+    from resumable._errors import StoreError
+
+    @checkpointed(store=memory_url, run_id="r")
+    def f(*, state=None):  # type: ignore[no-untyped-def]
+        yield 1
+
+    execution = f._execution((), {})
+
+    def fails() -> None:
+        raise StoreError("put failed for good")
+
+    execution.uploader.submit(fails)
+    try:
+        execution.wait_for_saves()  # the watchdog's wait
+        with pytest.raises(StoreError, match="for good"):
+            execution.uploader.flush()  # the run's own
+    finally:
+        execution.uploader.close()
+
+
 _TAKEN_BY_ANOTHER_THREAD = """
 import ctypes, os, signal, threading, time
 from resumable import checkpointed
