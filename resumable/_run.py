@@ -688,13 +688,20 @@ class Run:
             except (OSError, StoreError) as err:
                 log.warning("could not remove %s: %s", self.where(extra), err)
         self._known = [n for n in self._known if n not in ours]
-        how = ("is gone" if found is None
-               else "was written again by an attempt that started the run over")
+        if found is None:
+            raise FencedError(
+                f"run {self.run_id!r} in {self.store.url} was deleted while this attempt "
+                f"(epoch {self.epoch}) ran (`resumable rm` or f.reset()): its attempt "
+                f"record {name} is gone. This attempt stops and removed what it wrote "
+                "since; run it again to start over"
+            )
         raise FencedError(
-            f"run {self.run_id!r} in {self.store.url} was deleted while this attempt "
-            f"(epoch {self.epoch}) ran (`resumable rm` or f.reset()): its attempt record "
-            f"{name} {how}. This attempt stops and removed what it wrote since; run it "
-            "again to start over"
+            f"run {self.run_id!r} in {self.store.url}: this attempt's record {name} was "
+            f"written again by another attempt, which owns the run now. Either the run was "
+            "deleted (`resumable rm` or f.reset()) and started over, or, on a store without "
+            "conditional writes (rclone), another pod claimed the same attempt number at "
+            "the same moment: check the Job's pods. This attempt stops and removed what it "
+            "had just written"
         )
 
     def snapshot(

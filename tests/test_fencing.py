@@ -426,7 +426,7 @@ def test_an_attempt_of_a_deleted_run_stays_out_of_the_run_that_started_over(
     b = _claimed(store)
     assert b.epoch == a.epoch == 1
     _write(b, 1)
-    with pytest.raises(FencedError, match="written again by an attempt that started"):
+    with pytest.raises(FencedError, match="written again by another attempt, which owns"):
         _write(a, 4)
     assert Run(store, "r").checkpoint_names() == [ckpt_name(1, 1)]
     latest = Run(store, "r").load_latest()
