@@ -58,8 +58,17 @@ class _Blocker:
         if calls != self.at:
             return
         print("BLOCKED", flush=True)
-        while not self.signalled:  # SIGKILL ends this; SIGTERM sets the flag (or raises)
+        # SIGKILL ends this. After a SIGTERM the objective returns, as a real one would
+        # once its work is done: the generation finishes and resumable saves it (the
+        # library chains the script's own handler, which sets the flag, only after that
+        # save). Without resumable's handler (the references) the flag ends it.
+        while not self.signalled and not _terminating():
             time.sleep(0.01)
+
+
+def _terminating() -> bool:
+    signals = sys.modules.get("resumable._signals")
+    return signals is not None and signals.terminating()
 
 
 BLOCK = _Blocker()
