@@ -730,6 +730,12 @@ def cmd_rm(args: argparse.Namespace) -> int:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse's usage block is noise for a one-line failure; keep the hint to --help.
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        dashed = [a for a in unknown.group(1).split() if a[:1] == "-" and a[:2] != "--"
+                  ] if unknown else []
+        if dashed:  # a run id like '-x' reads as an option
+            message += (f"; if {dashed[0]!r} is a RUN_ID, give it after `--`, options "
+                        f"first: `{PROG} COMMAND [OPTIONS] STORE -- {dashed[0]}`")
         self.exit(2, f"{PROG}: error: {message} (see `{self.prog} --help`)\n")
 
 

@@ -273,3 +273,18 @@ def test_swapped_arguments_get_the_command_the_right_way_round(
     # Arguments the right way round, with the run missing: no swap is suggested.
     proc = cli(command, str(store), "nothing-here", *(["--yes"] if command == "rm" else []))
     assert proc.returncode == EXIT_NOT_FOUND and "comes first" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "rm"])
+def test_a_run_id_that_starts_with_a_dash_gets_the_way_to_give_it(
+    tmp_path: Path, command: str
+) -> None:
+    """`resumable show STORE -x`: argparse reads '-x' as an option. The error says how to
+    give such a run id (after `--`), and that way works."""
+    (tmp_path / "s" / "-x").mkdir(parents=True)
+    proc = cli(command, str(tmp_path / "s"), "-x", *(["--yes"] if command == "rm" else []))
+    assert proc.returncode == 2
+    assert "if '-x' is a RUN_ID, give it after `--`" in proc.stderr, proc.stderr
+    options = ["--yes"] if command == "rm" else []
+    proc = cli(command, *options, str(tmp_path / "s"), "--", "-x")
+    assert proc.returncode == EXIT_NOT_FOUND and "no run '-x'" in proc.stderr, proc.stderr
