@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -40,3 +41,14 @@ def memory_url() -> Iterator[str]:
     name = f"test-{next(_counter)}"
     yield f"memory://{name}"
     MemoryStore(name).clear()
+
+
+@pytest.fixture(params=["local", "moto"])
+def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a folder, or a prefix of a new bucket on moto's server."""
+    if request.param == "local":
+        return (tmp_path / "store").as_uri()
+    server = request.getfixturevalue("moto_server")
+    request.getfixturevalue("s3_env")(server)
+    url: str = server.new_store_url()
+    return url

@@ -468,17 +468,6 @@ def test_show_marks_a_call_record_with_an_impossible_start_time_unreadable(
     assert [h["object"] for h in history if h.get("problem")] == ["call-00000009"]
 
 
-@pytest.fixture(params=["local", "moto"])
-def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store: a folder, or a prefix of a new bucket on moto's server."""
-    if request.param == "local":
-        return (tmp_path / "store").as_uri()
-    server = request.getfixturevalue("moto_server")
-    request.getfixturevalue("s3_env")(server)
-    url: str = server.new_store_url()
-    return url
-
-
 def test_rm_show_and_verify_take_only_a_run_never_a_folder_of_runs_or_foreign_data(
     any_store_url: str
 ) -> None:
