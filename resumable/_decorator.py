@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from . import _forked, _identity, _rng, _settings, _signals
+from . import _forked, _identity, _rng, _settings, _signals, _spill
 from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
@@ -267,10 +268,13 @@ class _RoomMakingPool(BufferPool):
 
     make_room: Callable[[], bool] | None = None
 
-    def take(self, n: int) -> bytearray:
+    def prepare(self) -> None:
         make_room, self.make_room = self.make_room, None
         if make_room is not None:
             make_room()
+
+    def take(self, n: int) -> bytearray:
+        self.prepare()
         return super().take(n)
 
 
@@ -311,6 +315,10 @@ class _Execution:
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _settings.SNAPSHOT_LIMIT.read()
         self.copies = _settings.SNAPSHOT_COPIES.read()
+        # A newer large state that comes while one uploads waits in a file (see _spill).
+        spill_dir = _settings.SPILL_DIR.read()
+        self.spill = _spill.SpillFile(tempfile.gettempdir() if spill_dir == "" else spill_dir,
+                                      run.where())
         # $RESUMABLE_SNAPSHOT_FORK: due yields fork a child that serializes the state. The
         # first snapshot of a call is taken here (a state that cannot be serialized fails
         # at its yield, as without the setting), and so are the final ones.
@@ -433,10 +441,16 @@ class _Execution:
                 self.uploader.wait_not_busy()
             return dropped
 
+        # every="generation" keeps the newest state while the one before it uploads: in a
+        # file rather than as a second copy in memory (the uploading save holds the first).
+        spill = (self.spill if (self.copies == 2 and self.opts.every == _EVERY_YIELD
+                                and known_size >= _BIG and self.uploader.busy
+                                and not (force or self.terminate or self.synchronous))
+                 else None)
         self.pool.make_room = make_room
         started = time.perf_counter()
         try:
-            snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit)
+            snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill)
         except BaseException as err:
             # A state that cannot be serialized: the last good state is still saved.
             self._flush_after_error(err)
@@ -489,6 +503,10 @@ class _Execution:
         def job() -> None:
             try:
                 try:
+                    if isinstance(snap.forked, _spill.Spilled):
+                        # Read back first: the file is free for the next yield's state, and
+                        # the buffers come from the save that just ended, not a new copy.
+                        snap.materialize()
                     self.run.write_checkpoint(snap)
                 except _forked.Stuck as err:
                     if self.fork:
@@ -779,6 +797,7 @@ class _Execution:
             # a run left registered would keep the SIGTERM handler installed.
             with contextlib.ExitStack() as cleanup:
                 cleanup.callback(_signals.leave, self)
+                cleanup.callback(self.spill.close)
                 cleanup.callback(self.pool.clear)
                 if self.last_snap is not None:
                     cleanup.callback(self.last_snap.release)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import _forked, _format, _rng
+from . import _forked, _format, _rng, _spill
 from ._aligned import aligned_copy
 from ._errors import (
     CheckpointCorruptError,
@@ -105,8 +105,9 @@ class Snapshot:
     in_place: bool = False  # frames are views of the live state (see Run.snapshot)
     size: int = 0  # bytes in the state's out-of-band buffers
     rng: Any = None  # pickled into frames[0] only when written or restored
-    # A child serializing the state ($RESUMABLE_SNAPSHOT_FORK): frames[1:] come from it
-    forked: _forked.Forked | None = None
+    # A child serializing the state ($RESUMABLE_SNAPSHOT_FORK), or the file the state was
+    # spilled to (_spill): frames[1:] come from it
+    forked: _forked.Forked | _spill.Spilled | None = None
     failed: BaseException | None = None  # what reading them raised
     # Told the size of a forked child's frames once read: the next due yield's hint
     on_size: Callable[[int], None] | None = None
@@ -172,6 +173,9 @@ class BufferPool:
     def __init__(self, limit: int = 3) -> None:
         self._free: dict[int, list[bytearray]] = {}
         self._limit = limit
+
+    def prepare(self) -> None:
+        """Called once the state has serialized, before it is copied or spilled."""
 
     def take(self, n: int) -> bytearray:
         with _pool_lock:
@@ -706,18 +710,26 @@ class Run:
 
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
-        copy_limit: float = float("inf"),
+        copy_limit: float = float("inf"), spill: _spill.SpillFile | None = None,
     ) -> Snapshot:
         """Serialize ``state``; its large buffers are copied only up to ``copy_limit`` bytes.
 
         Above the limit the snapshot is ``in_place``: its frames are views of the live
         state, valid only until the body resumes, so it must be written before that and
-        never kept.
+        never kept. With ``spill`` the buffers are written to that file instead of being
+        copied (see ``_spill``), when it is free; they are read back at the upload.
         """
         frames = dumps_views(self.serializer, state,
                              f"the state yielded at step {step} of run {self.where()}")
         size = sum(memoryview(f).nbytes for f in frames[1:])
         in_place = size > copy_limit
+        if pool is not None and not in_place:
+            pool.prepare()
+        if spill is not None and not in_place:
+            spilled = spill.spill(step, frames, size)
+            if spilled is not None:
+                return Snapshot(step=step, frames=[b""], rng=rng, created=time.time(),
+                                pool=pool, forked=spilled, size=size)
         if not in_place:
             frames = copy_frames(frames, None if pool is None else pool.take)
         return Snapshot(step=step, frames=[b"", *frames], rng=rng, created=time.time(),

@@ -116,6 +116,16 @@ def parse_size(text: str) -> float:
     return value
 
 
+def _spill_dir(raw: str) -> str | None:
+    if raw.lower() in ("off", "0", "no", "none", "false"):
+        return None
+    if not os.path.isdir(raw):
+        raise _Why("no such folder" if not os.path.exists(raw) else "not a folder")
+    if not os.access(raw, os.W_OK | os.X_OK):
+        raise _Why("not writable by this process")
+    return raw
+
+
 def _run_id(raw: str) -> str | None:
     from ._runid import validate_run_id  # its own error names $RESUMABLE_RUN_ID
 
@@ -163,10 +173,18 @@ SNAPSHOT_LIMIT = Setting(
 SNAPSHOT_COPIES = Setting(
     "RESUMABLE_SNAPSHOT_COPIES", 2, "2",
     "copies of a state over 1 MiB that `every=\"generation\"` may hold: `2` goes on while "
-    "the previous state uploads and keeps the newest beside it (the loop never waits for "
-    "storage); `1` waits at that yield instead (memory: the state plus one copy; the loop "
-    "runs at the storage's pace when that is slower)",
+    "the previous state uploads and keeps the newest beside it, in a file (see "
+    "`RESUMABLE_SPILL_DIR`; the loop never waits for storage); `1` waits at that yield "
+    "instead (the loop runs at the storage's pace when that is slower)",
     _copies, "1 or 2")
+SPILL_DIR: Setting[str | None] = Setting(
+    "RESUMABLE_SPILL_DIR", "", "derived",
+    "the system's temporary folder (`$TMPDIR`, else `/tmp`) unless set: where a newer state over 1 MiB waits, as a file, while the one before it uploads "
+    "(`every=\"generation\"`), instead of as a second copy in memory: one unnamed file "
+    "of the state's size, in the page cache (which the kernel can write out and take back), "
+    "gone when the call ends; `off`: keep that copy in memory (on tmpfs it is kept in "
+    "memory anyway)",
+    _spill_dir, "a folder this process can write to, or off", strip=False)
 SNAPSHOT_FORK = Setting(
     "RESUMABLE_SNAPSHOT_FORK", False, "0",
     "`1`: a due yield forks a child that pickles the state (copy-on-write) and hands it "
@@ -207,7 +225,7 @@ MIGRATION_TIMEOUT = Setting(
 
 SETTINGS: tuple[Setting[Any], ...] = (
     STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, SNAPSHOT_COPIES,
-    SNAPSHOT_FORK, FORK_TIMEOUT,
+    SPILL_DIR, SNAPSHOT_FORK, FORK_TIMEOUT,
     RESTART_BACKOFF,
     RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT,
 )

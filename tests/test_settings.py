@@ -29,6 +29,7 @@ BAD = {
     "RESUMABLE_SYNC": ["maybe", "2", "yes please"],
     "RESUMABLE_SNAPSHOT_LIMIT": ["lots", "-1", "5 parsecs", "MiB", "nan"],
     "RESUMABLE_SNAPSHOT_COPIES": ["0", "3", "one", "1.0"],
+    "RESUMABLE_SPILL_DIR": ["/no/such/folder", "/etc/hostname", "of"],
     "RESUMABLE_SNAPSHOT_FORK": ["fork", "2", "maybe"],
     "RESUMABLE_FORK_TIMEOUT": ["-1", "soon", "nan"],
     "RESUMABLE_RESTART_BACKOFF": ["soon", "-1", "nan", "1s"],

@@ -1,0 +1,258 @@
+"""A newer large state waits for the upload in a file ($RESUMABLE_SPILL_DIR), not as a
+second copy in memory: what it costs in correctness (nothing: each checkpoint, the state
+an exception leaves, a restart) and how it fails (a full disk, a bad folder, tmpfs).
+
+The memory itself is checked in test_in_place (tracemalloc's peak with and without).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resumable import ConfigurationError, checkpointed
+from resumable._run import Run
+from resumable._spill import SpillFile, _fs_type
+from resumable.stores import open_store
+from tests.wrappers import DelegatingStore
+
+SIZE = 4 * 2**20  # over the 1 MiB below which states are copied in memory anyway
+
+
+def _open_files_in(folder: Path) -> int:
+    """This process's open files in ``folder`` (an unnamed O_TMPFILE shows as
+    ``folder/#123 (deleted)``)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder) + "/"):
+            n += 1
+    return n
+
+
+class HeldFirstSave(DelegatingStore):
+    """The first checkpoint's put waits until the body has yielded ``until`` more states
+    (each spilled, as the upload is busy); how many files were open in the spill folder
+    meanwhile is recorded."""
+
+    def __init__(self, inner: Any, spill_dir: Path, yielded: list[int], until: int) -> None:
+        super().__init__(inner)
+        self.spill_dir = spill_dir
+        self.yielded = yielded
+        self.until = until
+        self.moved = threading.Condition()
+        self.started = threading.Event()  # the first checkpoint's put has begun
+        self.first: int | None = None
+        self.open_while_held = 0
+
+    def put(self, key: str, data: Any) -> None:
+        if "/ckpt-" in key and self.first is None:
+            self.first = int(key[-12:])
+            self.started.set()
+            with self.moved:
+                self.moved.wait_for(lambda: self.yielded[-1] >= self.first + self.until)
+            self.open_while_held = _open_files_in(self.spill_dir)
+        super().put(key, data)
+
+    def note(self, step: int) -> None:
+        """Called by the body after each yield; after the first it waits for the first
+        checkpoint's put to begin (so that the body cannot run past where it looks)."""
+        with self.moved:
+            self.yielded.append(step)
+            self.moved.notify_all()
+        self.started.wait()
+
+
+def _state(i: int) -> dict[str, Any]:
+    return {"i": i, "array": np.full(SIZE // 8, float(i))}
+
+
+def _checkpoints(store_dir: Path, run_id: str) -> dict[int, dict[str, Any]]:
+    run = Run(open_store(store_dir), run_id)
+    out = {}
+    for name in run.checkpoint_names():
+        state = run._to_checkpoint(name, run._decode(name, run.store.get(run.key(name)), "ckpt"),
+                                   True).state
+        out[int(name[-12:])] = state
+    return out
+
+
+def test_the_state_an_exception_leaves_is_saved_from_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The first save is held while the body yields three more states, each of which
+    waits in the spill file; then the body raises. The state of its last yield is saved
+    (read back from the file), bit for bit, and the file is gone when the call ends."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
+    yielded = [-1]
+    store = HeldFirstSave(open_store(tmp_path / "store"), spill_dir, yielded, until=3)
+
+    raised_at: list[int] = []
+
+    @checkpointed(store=store, run_id="raises", every="generation", keep=None)
+    def body(*, state: Any = None) -> Any:
+        state = state if state is not None else _state(0)
+        while True:
+            state = _state(state["i"] + 1)
+            yield state
+            store.note(state["i"])
+            if store.first is not None and state["i"] >= store.first + 3:
+                raised_at.append(state["i"])
+                raise RuntimeError("generation failed")
+
+    with pytest.raises(RuntimeError, match="generation failed"):
+        body()
+    assert store.open_while_held == 1, "the newer states did not wait in the spill file"
+    assert _open_files_in(spill_dir) == 0
+    assert list(spill_dir.iterdir()) == []
+    saved = _checkpoints(tmp_path / "store", "raises")
+    assert max(saved) == raised_at[0], (sorted(saved), raised_at)
+    for step, state in saved.items():
+        assert state["i"] == step
+        assert np.array_equal(state["array"], np.full(SIZE // 8, float(step)))
+
+
+def test_a_restart_in_process_resumes_from_the_spilled_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """restarts=1: the generation after three spilled yields fails once; the restart
+    resumes from the last yielded state (in the file, then read back), and the result is
+    the uninterrupted one."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
+    yielded = [-1]
+    store = HeldFirstSave(open_store(tmp_path / "store"), spill_dir, yielded, until=3)
+    failed: list[int] = []
+    resumed_from: list[int] = []
+
+    @checkpointed(store=store, run_id="restarts", every="generation", keep=None, restarts=1)
+    def body(*, state: Any = None) -> Any:
+        if state is not None:
+            resumed_from.append(state["i"])
+        state = state if state is not None else _state(0)
+        while state["i"] < 40:
+            if store.first is not None and state["i"] >= store.first + 3 and not failed:
+                failed.append(state["i"])
+                raise RuntimeError("generation failed once")
+            state = _state(state["i"] + 1)
+            state["array"][::7] += state["array"][1::7]  # something to get wrong
+            yield state
+            store.note(state["i"])
+        return float(state["array"].sum())
+
+    result = body()
+    expected = _state(40)
+    expected["array"][::7] += expected["array"][1::7]
+    assert result == float(expected["array"].sum())
+    assert store.open_while_held == 1
+    assert failed == resumed_from and failed[0] >= store.first + 3
+
+
+def test_a_spill_that_fails_falls_back_to_a_copy_in_memory(tmp_path: Path) -> None:
+    """A real write failure: the process may not write files over 1 MiB (RLIMIT_FSIZE,
+    EFBIG), so the spill of a 4 MiB state fails. The run warns once, names the folder
+    and what to do, keeps the newer state in memory, and saves every state right."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    script = textwrap.dedent(f"""
+        import json, resource, signal, threading
+        import numpy as np
+        from resumable import checkpointed
+        from tests.wrappers import DelegatingStore
+        from resumable.stores import open_store
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, 2**20))
+        yielded, moved, first = [-1], threading.Condition(), []
+
+        class Held(DelegatingStore):
+            def put(self, key, data):
+                if "/ckpt-" in key and not first:
+                    first.append(int(key[-12:]))
+                    with moved:
+                        moved.wait_for(lambda: yielded[-1] >= first[0] + 2)
+                super().put(key, data)
+
+        store = Held(open_store("memory://spill-fails"))
+
+        @checkpointed(store=store, run_id="r", every="generation", keep=None)
+        def body(*, state=None):
+            state = state if state is not None else {{"i": 0}}
+            while state["i"] < 6:
+                state = {{"i": state["i"] + 1, "a": np.full({SIZE // 8}, float(state["i"] + 1))}}
+                yield state
+                with moved:
+                    yielded.append(state["i"])
+                    moved.notify_all()
+            return state["i"]
+
+        assert body() == 6
+        from resumable._run import Run
+        run = Run(store, "r")
+        steps = []
+        for name in run.checkpoint_names():
+            st = run._to_checkpoint(name, run._decode(name, run.store.get(run.key(name)),
+                                                      "ckpt"), True).state
+            assert st["i"] == int(name[-12:]) and float(st["a"][-1]) == st["i"]
+            steps.append(st["i"])
+        print(json.dumps(steps))
+    """)
+    env = {**os.environ, "RESUMABLE_SPILL_DIR": str(spill_dir),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    steps = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert steps and steps[-1] == 6, steps
+    warnings = [line for line in proc.stderr.splitlines() if "could not write the state" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert str(spill_dir) in warnings[0] and "RESUMABLE_SPILL_DIR" in warnings[0]
+    assert "File too large" in warnings[0]
+    assert list(spill_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("value, why", [("missing", "no such folder"),
+                                        ("a-file", "not a folder")])
+def test_a_bad_spill_folder_is_a_configuration_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str, why: str
+) -> None:
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(tmp_path / value))
+
+    @checkpointed(store=str(tmp_path / "store"), run_id="bad-spill")
+    def body(*, state: Any = None) -> Any:
+        yield 1
+        return 1
+
+    with pytest.raises(ConfigurationError) as info:
+        body()
+    text = str(info.value)
+    assert "$RESUMABLE_SPILL_DIR=" in text and str(tmp_path / value) in text
+    assert why in text and "or off" in text
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("ckpt-*"))
+
+
+@pytest.mark.skipif(_fs_type("/dev/shm") != "tmpfs", reason="needs /dev/shm on tmpfs")
+def test_a_spill_folder_in_memory_is_not_used(caplog: pytest.LogCaptureFixture) -> None:
+    """On tmpfs a spilled state is memory all the same (and cannot be written out)."""
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        spill = SpillFile("/dev/shm", "memory://x r")
+    assert not spill.usable
+    assert "is in memory (tmpfs)" in caplog.text
