@@ -68,16 +68,19 @@ PART = 16 * _common.MiB
 THREADS = 10
 TARGET_RATIO = 0.9
 TARGET_SAVE_RSS = 1.3
-LOOP_OPS = ("loop_none", "loop_background", "loop_copies1", "loop_asap")
+LOOP_OPS = ("loop_none", "loop_background", "loop_in_memory", "loop_copies1", "loop_asap")
 # How each loop row is checkpointed: (every, environment). loop_background is the default
-# and the one the target is for; the other two are the ways to hold one copy.
+# and the one the target is for; loop_in_memory the default before the spill file (the
+# newest state as a second copy in memory); the other two hold one copy by waiting.
 LOOP_SETUP: dict[str, tuple[Any, dict[str, str]]] = {
     "loop_background": ("generation", {}),
+    "loop_in_memory": ("generation", {"RESUMABLE_SPILL_DIR": "off"}),
     "loop_copies1": ("generation", {"RESUMABLE_SNAPSHOT_COPIES": "1"}),
     "loop_asap": ("1ms", {}),
 }
 LOOP_LABELS = {
-    "loop_background": '`every="generation"` (default: 2 copies)',
+    "loop_background": '`every="generation"` (default: the newest state in a spill file)',
+    "loop_in_memory": '`every="generation"`, `RESUMABLE_SPILL_DIR=off` (2 copies in memory)',
     "loop_copies1": '`every="generation"`, `RESUMABLE_SNAPSHOT_COPIES=1`',
     "loop_asap": '`every="1ms"` (as often as uploads allow)',
 }
