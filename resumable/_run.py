@@ -153,8 +153,11 @@ class Snapshot:
             if self.holders:
                 return
             child, self.forked = self.forked, None
-        if child is not None:  # never read: its child is not needed any more
+        if child is not None:  # never read: its child (or file) is not needed any more
             child.cancel()
+            # Its frames never came: nothing to give back. Handing the pool a snapshot
+            # without buffers would make it drop the ones it keeps for the next copy.
+            return
         with _pool_lock:
             if self.pool is None:
                 if self.in_place:  # drop the views so the live state's memory can go

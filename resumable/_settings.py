@@ -179,11 +179,12 @@ SNAPSHOT_COPIES = Setting(
     _copies, "1 or 2")
 SPILL_DIR: Setting[str | None] = Setting(
     "RESUMABLE_SPILL_DIR", "", "derived",
-    "the system's temporary folder (`$TMPDIR`, else `/tmp`) unless set: where a newer state over 1 MiB waits, as a file, while the one before it uploads "
-    "(`every=\"generation\"`), instead of as a second copy in memory: one unnamed file "
-    "of the state's size, in the page cache (which the kernel can write out and take back), "
-    "gone when the call ends; `off`: keep that copy in memory (on tmpfs it is kept in "
-    "memory anyway)",
+    "the system's temporary folder (`$TMPDIR`, else `/tmp`) unless set: where a newer "
+    "state over 1 MiB waits, as a file, while the one before it uploads "
+    "(`every=\"generation\"`), instead of as a second copy in memory: up to two unnamed "
+    "files of the state's size, in the page cache (which the kernel can write out and take "
+    "back), gone when the call ends; `off`: keep that copy in memory (on tmpfs it is kept "
+    "in memory anyway)",
     _spill_dir, "a folder this process can write to, or off", strip=False)
 SNAPSHOT_FORK = Setting(
     "RESUMABLE_SNAPSHOT_FORK", False, "0",

@@ -11,8 +11,9 @@ cache is memory the kernel can write out and take back, where a copy in the proc
 heap is not. When its turn comes, the upload reads the file into the buffers the save
 before it has just handed back, so the process holds one copy of the state, not two.
 
-One file per call, reused: at most one spilled state exists (a newer one replaces one
-still waiting). A spill that fails (disk full, folder gone) falls back to a memory copy
+Two files per call, reused: one can be read back by the upload while the loop writes
+the next state into the other, so the loop never waits for the upload; a newer state
+replaces one still waiting. A spill that fails (disk full, folder gone) falls back to a memory copy
 for the rest of the call, with a warning; on a folder in memory (tmpfs) spilling would
 gain nothing, so it is not done there. The file has no name (``O_TMPFILE``): a process
 killed with it open leaves nothing behind.
@@ -33,7 +34,7 @@ from ._forked import Superseded
 log = logging.getLogger("resumable")
 
 _CHUNK = 1 << 30  # bytes per pwrite/preadv call (Linux writes at most ~2 GiB per call)
-_OWNER_WAIT = 5.0  # seconds the loop waits for an upload to read the file back
+_OWNER_WAIT = 5.0  # seconds the loop waits for a file to be free (see SpillFile.spill)
 _MEMORY_FS = {"tmpfs", "ramfs", "hugetlbfs"}
 
 
@@ -53,17 +54,28 @@ def _fs_type(path: str) -> str | None:
     return kind
 
 
+class _Slot:
+    """One file: free, written by the loop, holding a waiting state, or read back."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.owner: Spilled | None = None
+        self.busy = False  # being written or read (outside the lock)
+
+
 class SpillFile:
-    """The call's one spill file: owned by at most one snapshot at a time."""
+    """The call's spill files: two, each holding at most one state. One may be read back
+    by the upload while the loop writes the next state into the other, so the loop never
+    waits for the upload; a newer state replaces one still waiting (its file is reused)."""
 
     def __init__(self, folder: str | None, where: str) -> None:
         self.folder = folder  # None: spilling is off
         self.where = where  # the run, for log lines
-        self._fd: int | None = None
-        self._lock = threading.Lock()  # held while the file is written or read
+        self._slots = (_Slot(), _Slot())
+        self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
-        self._owner: Spilled | None = None
         self.failed = False
+        self._closed = False
         if folder is not None and _fs_type(folder) in _MEMORY_FS:
             log.info("run %s: $RESUMABLE_SPILL_DIR %s is in memory (%s); a newer state "
                      "waits for the upload as a copy in memory instead",
@@ -72,73 +84,97 @@ class SpillFile:
 
     @property
     def usable(self) -> bool:
-        return self.folder is not None and not self.failed
+        return self.folder is not None and not (self.failed or self._closed)
+
+    def _free_slot(self) -> _Slot | None:
+        free = [s for s in self._slots if s.owner is None and not s.busy]
+        # the file written before (its pages are in the page cache already) first
+        return next((s for s in free if s.fd is not None), free[0] if free else None)
 
     def spill(self, step: int, frames: Sequence[Any], size: int) -> Spilled | None:
-        """Write ``frames[1:]`` (views of the live state) to the file; the returned object
-        reads them back. None if the file is taken by a snapshot that still needs it, or
+        """Write ``frames[1:]`` (views of the live state) to a free file; the returned
+        object reads them back. None if no file is free (something else holds both), or
         writing failed (then spilling stays off for this call)."""
         if not self.usable:
             return None
-        with self._lock:  # waits for an upload reading the file to finish
-            # A state still in the file here is one an upload has just taken (a waiting
-            # one was let go of before): it reads the file first thing, so wait for that.
-            # Longer than a read can take, something else holds it: copy in memory.
-            if self._owner is not None and not self._freed.wait_for(
-                    lambda: self._owner is None, _OWNER_WAIT):
+        with self._lock:
+            # Two states at most are in files: one waiting (let go of before this is
+            # called) and one that an upload reads back. Both taken means something else
+            # holds one: wait a little, then copy in memory.
+            slot = self._free_slot()
+            if slot is None and self._freed.wait_for(
+                    lambda: self._free_slot() is not None, _OWNER_WAIT):
+                slot = self._free_slot()
+            if slot is None:
                 return None
-            try:
-                if self._fd is None:
-                    self._fd = _open_unnamed(self.folder or ".")
-                offset, sizes = 0, []
-                for frame in frames[1:]:
-                    view = memoryview(frame).cast("B")
-                    _pwrite_all(self._fd, view, offset)
-                    offset += view.nbytes
-                    sizes.append(view.nbytes)
-            except OSError as err:
+            slot.busy = True
+        try:
+            if slot.fd is None:
+                slot.fd = _open_unnamed(self.folder or ".")
+            offset, sizes = 0, []
+            for frame in frames[1:]:
+                view = memoryview(frame).cast("B")
+                _pwrite_all(slot.fd, view, offset)
+                offset += view.nbytes
+                sizes.append(view.nbytes)
+        except OSError as err:
+            with self._lock:
                 self.failed = True
-                log.warning("run %s: could not write the state of step %d to a file in "
-                            "%s (%s); from now on a newer state waits for the upload as a "
-                            "copy in memory (set $RESUMABLE_SPILL_DIR to a folder with room, "
-                            "or to off)", self.where, step, self.folder, err)
-                self._close_locked()
-                return None
-            owner = Spilled(self, bytes(frames[0]) if not isinstance(frames[0], bytes)
-                            else frames[0], sizes, step)
-            self._owner = owner
-            return owner
+                slot.busy = False
+                self._freed.notify_all()
+            log.warning("run %s: could not write the state of step %d to a file in %s (%s); "
+                        "from now on a newer state waits for the upload as a copy in memory "
+                        "(set $RESUMABLE_SPILL_DIR to a folder with room, or to off)",
+                        self.where, step, self.folder, err)
+            return None
+        owner = Spilled(self, slot, frames[0] if isinstance(frames[0], bytes)
+                        else bytes(frames[0]), sizes, step)
+        with self._lock:
+            slot.owner, slot.busy = owner, False
+        return owner
 
     def _read(self, owner: Spilled, take: Callable[[int], Any] | None) -> list[Any]:
+        slot = owner.slot
         with self._lock:
-            if self._owner is not owner or self._fd is None:
+            if slot.owner is not owner or slot.fd is None or slot.busy:
                 raise Superseded(f"the spilled state of step {owner.step} was let go of")
-            try:
-                out: list[Any] = [owner.stream]
-                offset = 0
-                for n in owner.sizes:
-                    buf = take(n) if take is not None else bytearray(n)
-                    _pread_all(self._fd, memoryview(buf).cast("B")[:n], offset)
-                    offset += n
-                    out.append(buf)
-                return out
-            finally:
-                self._owner = None  # read (or failed): the file is free for the next one
+            slot.busy = True
+        try:
+            out: list[Any] = [owner.stream]
+            offset = 0
+            for n in owner.sizes:
+                buf = take(n) if take is not None else bytearray(n)
+                _pread_all(slot.fd, memoryview(buf).cast("B")[:n], offset)
+                offset += n
+                out.append(buf)
+            return out
+        finally:
+            with self._lock:  # read (or failed): the file is free for another state
+                slot.busy = False
+                if slot.owner is owner:
+                    slot.owner = None
+                if self._closed:
+                    self._close(slot)
                 self._freed.notify_all()
 
     def _let_go(self, owner: Spilled) -> None:
         with self._lock:
-            if self._owner is owner:
-                self._owner = None
+            if owner.slot.owner is owner:
+                owner.slot.owner = None
                 self._freed.notify_all()
 
     def close(self) -> None:
+        """End of the call: close the files (a read still running keeps its own)."""
         with self._lock:
-            self._owner = None
-            self._close_locked()
+            self._closed = True  # nothing is spilled after the call ended
+            for slot in self._slots:
+                slot.owner = None
+                if not slot.busy:
+                    self._close(slot)
 
-    def _close_locked(self) -> None:
-        fd, self._fd = self._fd, None
+    @staticmethod
+    def _close(slot: _Slot) -> None:
+        fd, slot.fd = slot.fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -147,8 +183,10 @@ class SpillFile:
 class Spilled:
     """A spilled state's frames, read back once (the ``Forked`` interface of ``Snapshot``)."""
 
-    def __init__(self, file: SpillFile, stream: bytes, sizes: list[int], step: int) -> None:
+    def __init__(self, file: SpillFile, slot: _Slot, stream: bytes, sizes: list[int],
+                 step: int) -> None:
         self.file = file
+        self.slot = slot
         self.stream = stream
         self.sizes = sizes
         self.step = step
