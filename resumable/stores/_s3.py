@@ -714,7 +714,8 @@ class S3Store:
         none go out from now on; if it fails, its error is the real one, and checksums
         stay on."""
         result = send(_get_client(*self._client_args[:-1], False)[0])
-        self._without_checksums(error_code(exc)[0])
+        code, status = error_code(exc)
+        self._without_checksums(code or f"HTTP {status}")  # a bodyless refusal has no code
         return result
 
     def _without_checksums(self, code: str) -> None:
