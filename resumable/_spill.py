@@ -76,7 +76,9 @@ class SpillFile:
         self._freed = threading.Condition(self._lock)
         self.failed = False
         self._closed = False
-        if folder is not None and _fs_type(folder) in _MEMORY_FS:
+        if not (hasattr(os, "pwrite") and hasattr(os, "preadv")):
+            self.folder = None  # Windows (and old macOS): the copy stays in memory
+        elif folder is not None and _fs_type(folder) in _MEMORY_FS:
             log.info("run %s: $RESUMABLE_SPILL_DIR %s is in memory (%s); a newer state "
                      "waits for the upload as a copy in memory instead",
                      where, folder, _fs_type(folder))
