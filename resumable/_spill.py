@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._errors import StoreError
 from ._forked import Superseded
 
 log = logging.getLogger("resumable")
@@ -150,6 +151,14 @@ class SpillFile:
                 offset += n
                 out.append(buf)
             return out
+        except OSError as err:
+            self.failed = True  # the disk is suspect: newer states wait in memory
+            raise StoreError(
+                f"run {self.where}: could not read the state of step {owner.step} back from "
+                f"its spill file in {self.folder} ({err}); that state is not saved, the "
+                "checkpoints already stored are untouched. A new attempt resumes from the "
+                "newest of them; check that folder's disk, or set $RESUMABLE_SPILL_DIR=off "
+                "(or to another folder)") from err
         finally:
             with self._lock:  # read (or failed): the file is free for another state
                 slot.busy = False

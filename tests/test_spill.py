@@ -7,6 +7,7 @@ The memory itself is checked in test_in_place (tracemalloc's peak with and witho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from resumable import ConfigurationError, checkpointed
+from resumable import ConfigurationError, StoreError, checkpointed
 from resumable._run import Run
 from resumable._spill import SpillFile, _fs_type
 from resumable.stores import open_store
@@ -256,3 +257,50 @@ def test_a_spill_folder_in_memory_is_not_used(caplog: pytest.LogCaptureFixture) 
         spill = SpillFile("/dev/shm", "memory://x r")
     assert not spill.usable
     assert "is in memory (tmpfs)" in caplog.text
+
+
+def test_a_spill_file_that_cannot_be_read_back_is_a_store_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The waiting state's file is cut short while the save before it is held (as a
+    failing disk would lose it): its upload fails with a StoreError (exit 74: a new pod
+    resumes) that names the step, the folder and what to do; the checkpoint already
+    stored is untouched."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
+    yielded = [-1]
+
+    class CutsTheFile(HeldFirstSave):
+        def put(self, key: str, data: Any) -> None:
+            if "/ckpt-" in key and self.first is None:
+                self.first = int(key[-12:])
+                self.started.set()
+                with self.moved:
+                    self.moved.wait_for(lambda: self.yielded[-1] >= self.first + 3)
+                for fd in os.listdir("/proc/self/fd"):
+                    with contextlib.suppress(OSError):
+                        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(spill_dir)):
+                            os.truncate(f"/proc/self/fd/{fd}", 0)
+            super().put(key, data)
+
+    store = CutsTheFile(open_store(tmp_path / "store"), spill_dir, yielded, until=3)
+
+    @checkpointed(store=store, run_id="cut", every="generation", keep=None)
+    def body(*, state: Any = None) -> Any:
+        state = state if state is not None else _state(0)
+        while store.first is None or state["i"] < store.first + 3:
+            state = _state(state["i"] + 1)
+            yield state
+            store.note(state["i"])
+        return state["i"]
+
+    with pytest.raises(StoreError) as info:
+        body()
+    text = str(info.value)
+    assert f"could not read the state of step {store.first + 3} back" in text, text
+    assert str(spill_dir) in text and "RESUMABLE_SPILL_DIR" in text
+    saved = _checkpoints(tmp_path / "store", "cut")
+    assert store.first in saved and store.first + 3 not in saved, sorted(saved)
+    for step, state in saved.items():
+        assert np.array_equal(state["array"], np.full(SIZE // 8, float(step)))
