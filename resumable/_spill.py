@@ -117,11 +117,17 @@ class SpillFile:
                 _pwrite_all(slot.fd, view, offset)
                 offset += view.nbytes
                 sizes.append(view.nbytes)
-        except OSError as err:
+        except BaseException as err:
             with self._lock:
-                self.failed = True
+                # Whatever stopped the write (a full disk, or Ctrl-C in the middle of
+                # it), the file is free again: a slot left busy would never be closed.
+                self.failed = self.failed or isinstance(err, OSError)
                 slot.busy = False
+                if self._closed:
+                    self._close(slot)
                 self._freed.notify_all()
+            if not isinstance(err, OSError):
+                raise
             log.warning("run %s: could not write the state of step %d to a file in %s (%s); "
                         "from now on a newer state waits for the upload as a copy in memory "
                         "(set $RESUMABLE_SPILL_DIR to a folder with room, or to off)",

@@ -1,0 +1,99 @@
+"""Review of the spill files (review13): what a spill leaves behind when it is cut short
+(a real SIGINT), a relative $RESUMABLE_SPILL_DIR and a body that changes folder, and
+fork-pool workers created during the call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.test_spill import SIZE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Holds the first checkpoint's put until the body has yielded `until` more states (each
+# spilled: the upload is busy); counts this process's (or another's) files in a folder.
+_PRELUDE = textwrap.dedent("""
+    import json, os, signal, sys, threading
+    import numpy as np
+    from resumable import checkpointed
+    from resumable.stores import open_store
+    from tests.wrappers import DelegatingStore
+
+    def open_in(folder, pid="self"):
+        n = 0
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            n += target.startswith(folder + "/")
+        return n
+
+    yielded, moved, first = [-1], threading.Condition(), []
+    began = threading.Event()  # the first checkpoint's put has begun (and is held)
+
+    class Held(DelegatingStore):
+        def put(self, key, data):
+            if "/ckpt-" in key and not first:
+                first.append(int(key[-12:]))
+                began.set()
+                with moved:
+                    moved.wait_for(lambda: yielded[-1] >= first[0] + UNTIL, 60)
+            super().put(key, data)
+
+    def note(i):
+        with moved:
+            yielded.append(i)
+            moved.notify_all()
+""")
+
+
+def _run(script: str, spill_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RESUMABLE_SPILL_DIR": str(spill_dir),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(script)],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+
+
+def test_a_sigint_during_the_spill_write_leaves_no_file_open(tmp_path: Path) -> None:
+    """Ctrl-C (a real SIGINT, sent as the loop starts writing a state to the spill file)
+    ends the call with KeyboardInterrupt; the file being written must be closed with the
+    call, not held open (with its blocks on disk) for the rest of the process's life
+    (a notebook kernel lives on)."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    proc = _run(f"""
+        import resumable._spill as sp
+        UNTIL = 1
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code is sp._pwrite_all.__code__:
+                sys.setprofile(None)
+                note(2)  # the held save may go on (it runs on after the SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)  # during this state's spill
+
+        store = Held(open_store("memory://sigint-spill"))
+
+        @checkpointed(store=store, run_id="r", every="generation", keep=None)
+        def body(*, state=None):
+            i = 0
+            while True:
+                i += 1
+                yield {{"i": i, "a": np.full({SIZE // 8}, float(i))}}
+                if i == 1:
+                    began.wait(60)  # the first save is held: the next yield spills
+                    sys.setprofile(profile)
+
+        try:
+            body()
+        except KeyboardInterrupt:
+            print(json.dumps({{"interrupted": True, "open": open_in({str(spill_dir)!r})}}))
+    """, spill_dir)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"interrupted": True, "open": 0}, out
