@@ -5,13 +5,20 @@ fork-pool workers created during the call."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
-from tests.test_spill import SIZE
+import numpy as np
+import pytest
+
+from resumable import checkpointed
+from resumable.stores import open_store
+from tests.test_spill import SIZE, HeldFirstSave, _checkpoints, _open_files_in, _state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,3 +104,38 @@ def test_a_sigint_during_the_spill_write_leaves_no_file_open(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"interrupted": True, "open": 0}, out
+
+
+def test_a_relative_spill_folder_is_the_one_checked_when_the_call_began(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RESUMABLE_SPILL_DIR=spill, relative to the folder the call starts in; the body
+    works in a folder of its own (os.chdir). The states still wait in the folder that
+    was checked (not in a `spill` under wherever the body went, which may not exist, or
+    be on tmpfs), and nothing falls back to memory."""
+    (tmp_path / "work" / "spill").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", "spill")
+    spill_dir = tmp_path / "work" / "spill"
+    yielded = [-1]
+    store = HeldFirstSave(open_store(tmp_path / "store"), spill_dir, yielded, until=2)
+
+    @checkpointed(store=store, run_id="relative", every="generation", keep=None)
+    def body(*, state: Any = None) -> Any:
+        os.chdir(tmp_path / "elsewhere")
+        state = state if state is not None else _state(0)
+        while state["i"] < 5:
+            state = _state(state["i"] + 1)
+            yield state
+            store.note(state["i"])
+        return state["i"]
+
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert body() == 5
+    assert "could not write the state" not in caplog.text, caplog.text
+    assert store.open_while_held == 1, "the newer states did not wait in the spill folder"
+    assert _open_files_in(spill_dir) == 0
+    for step, state in _checkpoints(tmp_path / "store", "relative").items():
+        assert state["i"] == step and np.array_equal(state["array"],
+                                                     np.full(SIZE // 8, float(step)))
