@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,6 +77,7 @@ class SpillFile:
         self._freed = threading.Condition(self._lock)
         self.failed = False
         self._closed = False
+        _open_files.add(self)
         if folder is not None and _fs_type(folder) in _MEMORY_FS:
             log.info("run %s: $RESUMABLE_SPILL_DIR %s is in memory (%s); a newer state "
                      "waits for the upload as a copy in memory instead",
@@ -184,6 +186,25 @@ class SpillFile:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+_open_files: weakref.WeakSet[SpillFile] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    """After a fork, in the child: the parent's spill files are not the child's (a
+    multiprocessing pool's workers would hold them, and their blocks on disk, for as
+    long as the pool lives, past the end of the call). No lock is taken: a thread of
+    the parent may have held one at the fork."""
+    for file in list(_open_files):
+        file._closed = True
+        for slot in file._slots:
+            slot.owner = None
+            SpillFile._close(slot)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class Spilled:

@@ -139,3 +139,40 @@ def test_a_relative_spill_folder_is_the_one_checked_when_the_call_began(
     for step, state in _checkpoints(tmp_path / "store", "relative").items():
         assert state["i"] == step and np.array_equal(state["array"],
                                                      np.full(SIZE // 8, float(step)))
+
+
+def test_fork_pool_workers_do_not_keep_the_spill_files_after_the_call(tmp_path: Path) -> None:
+    """A GA's evaluation pool (multiprocessing, fork), created inside the body while
+    states wait in the spill files and kept for later calls: once the call has ended,
+    its files are gone (README: 'gone when the call ends'), not held open by the
+    workers with their blocks on disk for as long as the pool lives."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    proc = _run(f"""
+        import multiprocessing
+        UNTIL = 3
+        pool = []
+        store = Held(open_store("memory://fork-pool-spill"))
+
+        @checkpointed(store=store, run_id="r", every="generation", keep=None)
+        def body(*, state=None):
+            i = 0
+            while i < 6:
+                i += 1
+                yield {{"i": i, "a": np.full({SIZE // 8}, float(i))}}
+                note(i)
+                began.wait(60)  # the first save is held: the next yields are spilled
+                if i == first[0] + 2 and not pool:  # states wait in the files
+                    assert open_in({str(spill_dir)!r}) >= 1
+                    pool.append(multiprocessing.get_context("fork").Pool(2))
+            return i
+
+        assert body() == 6
+        workers = [p.pid for p in pool[0]._pool]
+        print(json.dumps({{"parent": open_in({str(spill_dir)!r}),
+                          "workers": [open_in({str(spill_dir)!r}, pid) for pid in workers]}}))
+        pool[0].terminate()
+    """, spill_dir)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"parent": 0, "workers": [0, 0]}, out
