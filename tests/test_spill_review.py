@@ -176,3 +176,69 @@ def test_fork_pool_workers_do_not_keep_the_spill_files_after_the_call(tmp_path: 
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"parent": 0, "workers": [0, 0]}, out
+
+
+_LAST_GOOD = """
+import resumable._spill as sp, resumable._uploader as up
+from resumable._run import Run
+os.environ["RESUMABLE_UPLOAD_DUTY"] = "1"
+gate, began, reading, go_on, dropped = (threading.Event() for _ in range(5))
+class Held(DelegatingStore):
+    def put(self, key, data):
+        if "/ckpt-" in key and not began.is_set():
+            began.set(); gate.wait(60)
+        super().put(key, data)
+def prof(frame, event, arg):
+    if threading.current_thread() is threading.main_thread():
+        return
+    if event == "call" and frame.f_code is sp._pread_all.__code__ and not reading.is_set():
+        reading.set(); go_on.wait(60)   # the upload is reading state 2 back
+    if event == "return" and frame.f_code is up.Uploader.drop_waiting.__code__ and arg:
+        dropped.set()
+threading.setprofile(prof)
+class Unpicklable:
+    def __reduce__(self):
+        go_on.set()             # the read-back goes on while this state serializes
+        dropped.wait(5)
+        raise TypeError("cannot pickle this")
+store = Held(open_store(STORE))
+@checkpointed(store=store, run_id="r", every="generation", keep=None)
+def body(*, state=None):
+    i = 0
+    while True:
+        i += 1
+        s = {"i": i, "a": np.full(524288, float(i)), "b": np.full(524288, float(i))}
+        if i == 4:
+            s["bad"] = Unpicklable()
+        yield s
+        if i == 1:
+            began.wait(60)      # save 1 is held: state 2 is spilled
+        if i == 2:
+            gate.set()          # save 1 ends; save 2 starts reading its file back
+            reading.wait(60)    # ... and is in the middle of it: state 3 waits for it
+try:
+    body()
+except Exception as err:
+    print(type(err).__name__, err)
+run = Run(open_store(STORE), "r")
+steps = [int(n[-12:]) for n in run.checkpoint_names()]
+print(json.dumps({"checkpoints": steps, "dropped_there": dropped.is_set()}))
+"""
+
+
+def test_a_state_that_cannot_be_pickled_after_a_spilled_one_leaves_the_last_good_state_saved(
+    tmp_path: Path
+) -> None:
+    """every="generation": state 2 waits in a file while save 1 runs; save 2 reads it
+    back (held in the middle of that read) while state 3 is yielded and waits; state 4
+    cannot be pickled. The last good state (3) must be saved. The read-back takes its
+    buffers from the pool, whose take ran the loop's make_room on the upload thread while
+    state 4 was still serializing: save 3 was dropped, and the newest checkpoint was 2."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    store = tmp_path / "store"
+    proc = _run("UNTIL = 0\nSTORE = " + repr(str(store)) + "\n" + _LAST_GOOD, spill_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "SerializationError" in proc.stdout, proc.stdout
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["checkpoints"][-1] == 3, out
