@@ -267,11 +267,16 @@ class _RoomMakingPool(BufferPool):
     instead of a third copy of the state being made."""
 
     make_room: Callable[[], bool] | None = None
+    loop: int | None = None  # the thread that set make_room: only its take runs it
 
     def prepare(self) -> None:
+        # The upload thread takes buffers too (a spilled or forked state read back): run
+        # there, make_room would drop the save still waiting while the loop's new state
+        # is still serializing, and a state that then fails to pickle loses it.
+        if self.make_room is None or threading.get_ident() != self.loop:
+            return
         make_room, self.make_room = self.make_room, None
-        if make_room is not None:
-            make_room()
+        make_room()
 
     def take(self, n: int) -> bytearray:
         self.prepare()
@@ -447,7 +452,7 @@ class _Execution:
                                 and known_size >= _BIG and self.uploader.busy
                                 and not (force or self.terminate or self.synchronous))
                  else None)
-        self.pool.make_room = make_room
+        self.pool.make_room, self.pool.loop = make_room, threading.get_ident()
         started = time.perf_counter()
         try:
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill)

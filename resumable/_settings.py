@@ -123,7 +123,8 @@ def _spill_dir(raw: str) -> str | None:
         raise _Why("no such folder" if not os.path.exists(raw) else "not a folder")
     if not os.access(raw, os.W_OK | os.X_OK):
         raise _Why("not writable by this process")
-    return raw
+    # The folder checked now, not one of that name under wherever the body goes (chdir)
+    return os.path.abspath(raw)
 
 
 def _run_id(raw: str) -> str | None:

@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,6 +78,7 @@ class SpillFile:
         self._freed = threading.Condition(self._lock)
         self.failed = False
         self._closed = False
+        _open_files.add(self)
         if not (hasattr(os, "pwrite") and hasattr(os, "preadv")):
             self.folder = None  # Windows (and old macOS): the copy stays in memory
         elif folder is not None and _fs_type(folder) in _MEMORY_FS:
@@ -120,11 +122,17 @@ class SpillFile:
                 _pwrite_all(slot.fd, view, offset)
                 offset += view.nbytes
                 sizes.append(view.nbytes)
-        except OSError as err:
+        except BaseException as err:
             with self._lock:
-                self.failed = True
+                # Whatever stopped the write (a full disk, or Ctrl-C in the middle of
+                # it), the file is free again: a slot left busy would never be closed.
+                self.failed = self.failed or isinstance(err, OSError)
                 slot.busy = False
+                if self._closed:
+                    self._close(slot)
                 self._freed.notify_all()
+            if not isinstance(err, OSError):
+                raise
             log.warning("run %s: could not write the state of step %d to a file in %s (%s); "
                         "from now on a newer state waits for the upload as a copy in memory "
                         "(set $RESUMABLE_SPILL_DIR to a folder with room, or to off)",
@@ -189,6 +197,25 @@ class SpillFile:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+_open_files: weakref.WeakSet[SpillFile] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    """After a fork, in the child: the parent's spill files are not the child's (a
+    multiprocessing pool's workers would hold them, and their blocks on disk, for as
+    long as the pool lives, past the end of the call). No lock is taken: a thread of
+    the parent may have held one at the fork."""
+    for file in list(_open_files):
+        file._closed = True
+        for slot in file._slots:
+            slot.owner = None
+            SpillFile._close(slot)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class Spilled:
