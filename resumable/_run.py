@@ -155,8 +155,10 @@ class Snapshot:
             child, self.forked = self.forked, None
         if child is not None:  # never read: its child (or file) is not needed any more
             child.cancel()
-            # Its frames never came: nothing to give back. Handing the pool a snapshot
-            # without buffers would make it drop the ones it keeps for the next copy.
+        if child is not None or self.failed is not None:
+            # Its frames never came (or reading them failed): nothing to give back.
+            # Handing the pool a snapshot without buffers would make it drop the ones it
+            # keeps for the next copy.
             return
         with _pool_lock:
             if self.pool is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import tempfile
 import threading
 import weakref
@@ -50,7 +51,7 @@ def _fs_type(path: str) -> str | None:
     real = os.path.realpath(path)
     best, kind = "", None
     for point, fs in mounts:
-        point = point.replace("\\040", " ")
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
         if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
             best, kind = point, fs
     return kind

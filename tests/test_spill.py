@@ -304,3 +304,27 @@ def test_a_spill_file_that_cannot_be_read_back_is_a_store_error_naming_it(
     assert store.first in saved and store.first + 3 not in saved, sorted(saved)
     for step, state in saved.items():
         assert np.array_equal(state["array"], np.full(SIZE // 8, float(step)))
+
+
+def test_a_snapshot_whose_read_back_failed_leaves_the_pool_its_buffers(tmp_path: Path) -> None:
+    """The pool keeps the buffers of the last copy for the next one; a spilled snapshot
+    whose file could not be read back gives nothing back, and must not make the pool
+    drop what it keeps (the next copy would be fresh memory)."""
+    from resumable._run import BufferPool, Snapshot
+
+    pool = BufferPool()
+    kept = pool.take(SIZE)
+    pool.give_back([b"", b"stream", kept])
+    spill = SpillFile(str(tmp_path), "test")
+    frames = [b"stream", memoryview(np.ones(SIZE // 8)).cast("B")]
+    spilled = spill.spill(1, frames, SIZE)
+    assert spilled is not None
+    snap = Snapshot(step=1, frames=[b""], created=0.0, pool=pool, forked=spilled, size=SIZE)
+    os.truncate(f"/proc/self/fd/{spilled.slot.fd}", 0)
+    # its buffer comes from the pool, so give the pool a second one to lend
+    pool.give_back([b"", b"stream", bytearray(SIZE), kept])
+    with pytest.raises(StoreError):
+        snap.materialize()
+    snap.release()
+    assert len(pool._free.get(SIZE, [])) == 1, pool._free  # the one not lent is kept
+    spill.close()
