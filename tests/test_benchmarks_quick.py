@@ -134,7 +134,7 @@ def test_s3_throughput_quick(tmp_path: Path) -> None:
     assert finite(b["extra_over_state_median"]) and finite(b["target"])
     assert b["extra_over_state_min"] <= b["extra_over_state_median"] <= b["extra_over_state_max"]
     options = {o["case"]: o for o in doc["background_memory_options"]}
-    assert set(options) == {"loop_background", "loop_copies1", "loop_asap"}
+    assert set(options) == {"loop_background", "loop_in_memory", "loop_copies1", "loop_asap"}
     for o in options.values():
         assert finite(o["extra_over_state_median"]) and finite(o["time_ratio_median"])
 
