@@ -79,17 +79,23 @@ class SpillFile:
         self._freed = threading.Condition(self._lock)
         self.failed = False
         self._closed = False
+        self._checked = False  # the folder's filesystem, looked at by the first `usable`
         _open_files.add(self)
         if not (hasattr(os, "pwrite") and hasattr(os, "preadv")):
             self.folder = None  # Windows (and old macOS): the copy stays in memory
-        elif folder is not None and _fs_type(folder) in _MEMORY_FS:
-            log.info("run %s: $RESUMABLE_SPILL_DIR %s is in memory (%s); a newer state "
-                     "waits for the upload as a copy in memory instead",
-                     where, folder, _fs_type(folder))
-            self.folder = None
 
     @property
     def usable(self) -> bool:
+        if not self._checked and self.folder is not None:
+            # At the first spill, not at every call's start: reading the mount table
+            # costs ~0.1 ms, and most calls never spill (small or rarely saved states).
+            self._checked = True
+            kind = _fs_type(self.folder)
+            if kind in _MEMORY_FS:
+                log.info("run %s: $RESUMABLE_SPILL_DIR %s is in memory (%s); a newer state "
+                         "waits for the upload as a copy in memory instead",
+                         self.where, self.folder, kind)
+                self.folder = None
         return self.folder is not None and not (self.failed or self._closed)
 
     def _free_slot(self) -> _Slot | None:

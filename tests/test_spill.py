@@ -77,6 +77,16 @@ class HeldFirstSave(DelegatingStore):
         self.started.wait()
 
 
+def _held_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                until: int) -> tuple[HeldFirstSave, Path]:
+    """A local store whose first checkpoint is held (HeldFirstSave), and the spill folder
+    set in $RESUMABLE_SPILL_DIR."""
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
+    return HeldFirstSave(open_store(tmp_path / "store"), spill_dir, [-1], until), spill_dir
+
+
 def _state(i: int) -> dict[str, Any]:
     return {"i": i, "array": np.full(SIZE // 8, float(i))}
 
@@ -97,11 +107,7 @@ def test_the_state_an_exception_leaves_is_saved_from_the_file(
     """The first save is held while the body yields three more states, each of which
     waits in the spill file; then the body raises. The state of its last yield is saved
     (read back from the file), bit for bit, and the file is gone when the call ends."""
-    spill_dir = tmp_path / "spill"
-    spill_dir.mkdir()
-    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
-    yielded = [-1]
-    store = HeldFirstSave(open_store(tmp_path / "store"), spill_dir, yielded, until=3)
+    store, spill_dir = _held_store(monkeypatch, tmp_path, until=3)
 
     raised_at: list[int] = []
 
@@ -134,11 +140,7 @@ def test_a_restart_in_process_resumes_from_the_spilled_state(
     """restarts=1: the generation after three spilled yields fails once; the restart
     resumes from the last yielded state (in the file, then read back), and the result is
     the uninterrupted one."""
-    spill_dir = tmp_path / "spill"
-    spill_dir.mkdir()
-    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
-    yielded = [-1]
-    store = HeldFirstSave(open_store(tmp_path / "store"), spill_dir, yielded, until=3)
+    store, _ = _held_store(monkeypatch, tmp_path, until=3)
     failed: list[int] = []
     resumed_from: list[int] = []
 
@@ -255,7 +257,7 @@ def test_a_spill_folder_in_memory_is_not_used(caplog: pytest.LogCaptureFixture) 
     """On tmpfs a spilled state is memory all the same (and cannot be written out)."""
     with caplog.at_level(logging.INFO, logger="resumable"):
         spill = SpillFile("/dev/shm", "memory://x r")
-    assert not spill.usable
+        assert not spill.usable  # looked at when first asked (the first spill)
     assert "is in memory (tmpfs)" in caplog.text
 
 
