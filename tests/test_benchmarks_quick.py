@@ -168,3 +168,26 @@ def test_resume_speed_quick(tmp_path: Path) -> None:
         for which in ("resumable", "joblib"):
             assert finite(case[which]["median"]) and case[which]["min"] <= case[which]["max"]
         assert finite(case["ratio"]) and case["target"] == 1.2
+
+
+def _has_baseline() -> bool:
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q",
+                           "4e2f920^{commit}"], capture_output=True)
+    return proc.returncode == 0
+
+
+@pytest.mark.s3
+@pytest.mark.skipif(not _has_baseline(), reason="compare.py needs this checkout's git history")
+def test_compare_quick(tmp_path: Path) -> None:
+    doc = run_quick("compare", tmp_path)
+    assert doc["config"]["baseline_commit"].startswith("4e2f920")
+    cases = {(c["size_mib"], c["tree"]): c for c in doc["cases"]}
+    assert set(cases) == {(0.25, "this tree"), (0.25, "baseline")}
+    for c in cases.values():
+        assert finite(c["ratio"]) and c["ratio_min"] <= c["ratio"] <= c["ratio_max"]
+        assert len(c["ratios"]) == doc["config"]["repeats"]
+    this = cases[(0.25, "this tree")]
+    assert finite(this["minus_baseline_median"]) and 0 <= this["faster_in_repeats"] <= 1
+    # the blocks ran interleaved: a plain block, then both trees, in each repeat
+    assert [b["tree"] for b in doc["blocks"]][:1] == ["plain"]
+    assert {b["tree"] for b in doc["blocks"]} == {"plain", "this tree", "baseline"}
