@@ -148,7 +148,8 @@ class CheckpointedFunction(Generic[P, R]):
                      exclude=exclude)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        states = self._execution(args, kwargs).states()
+        # the consumer is this loop, library code: shielded from Ctrl-C as the rest is
+        states = self._execution(args, kwargs).states(own_consumer=True)
         while True:
             try:
                 next(states)
@@ -306,6 +307,8 @@ class _Execution:
         self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
+        self.sigint_outer: bool | None = None  # set by _drive (see _signals.sigint_begin)
+        self.own_consumer = False  # states() consumed by __call__ (no user code between)
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
         self.interrupted = False  # no yield came in time: nothing the body yields is saved
         self.progress: Progress | None = None
@@ -671,7 +674,8 @@ class _Execution:
         return Progress(bool(spec), total=total, initial=initial, desc=self.fn._func.__name__,
                         postfix=postfix)
 
-    def states(self) -> Generator[Any, None, Any]:
+    def states(self, own_consumer: bool = False) -> Generator[Any, None, Any]:
+        self.own_consumer = own_consumer  # __call__'s loop, not the application's
         gen = self._drive()
         self.outer = weakref.ref(gen)
         return gen
@@ -694,6 +698,35 @@ class _Execution:
         return self.checked_result
 
     def _drive(self) -> Generator[Any, None, Any]:
+        # In the main thread a Ctrl-C is held while the call is in its own code, and
+        # delivered where nothing is half done (see _signals: "Ctrl-C while a run keeps
+        # its books").
+        outer = self.sigint_outer = _signals.sigint_begin()
+        try:
+            result = yield from self._steps()
+        except BaseException:
+            _signals.sigint_end(outer, deliver=False)
+            raise
+        _signals.sigint_end(outer, deliver=True)  # a Ctrl-C held till now is raised here
+        return result
+
+    def _resume(self, gen: Generator[Any, None, Any]) -> Any:
+        """Run the body to its next yield (unshielded: a Ctrl-C there is raised at once);
+        a Ctrl-C held while the call did its own work is thrown in at its yield."""
+        if self.sigint_outer is None:
+            return next(gen)
+        held = _signals.take_sigint()
+        _signals.shield(False)
+        try:
+            if held:
+                log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
+                            "at its yield", self.run.where(), self.step)
+                return gen.throw(KeyboardInterrupt())
+            return next(gen)
+        finally:
+            _signals.shield(True)
+
+    def _steps(self) -> Generator[Any, None, Any]:
         run = self.run
         found, value = self.stored_result()
         if found:
@@ -716,7 +749,7 @@ class _Execution:
         try:
             while True:
                 try:
-                    yielded = next(gen)
+                    yielded = self._resume(gen)
                 except StopIteration as stop:
                     result = stop.value if stop.value is not None else last_state
                     if step > start_step and not self.interrupted:
@@ -774,9 +807,14 @@ class _Execution:
                     raise _signals.terminated()
                 progress.advance(step, yielded)
                 self.suspended = True
+                unshield = self.sigint_outer is not None and not self.own_consumer
+                if unshield:  # an f.iter consumer's code runs: as it was
+                    _signals.shield(bool(self.sigint_outer))
                 try:
                     yield yielded
                 finally:
+                    if unshield:
+                        _signals.shield(True)
                     self.suspended = False
         except _signals.TERMINATION:
             self.stopping = True

@@ -514,10 +514,103 @@ def _at_exit() -> None:
             threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
 
 
+# -- Ctrl-C while a run keeps its books ---------------------------------------------------
+# Python raises KeyboardInterrupt between any two bytecodes of the main thread. Raised in
+# the library's own code -- a snapshot being handed to the upload thread, a state being
+# written to its spill file, the cleanup at the end of a call -- it left a lock held (a
+# `with` block's exit is an instruction like any other), a snapshot released twice or a
+# spill file open, and the program hung at its next wait for the upload thread or ended
+# with a RuntimeError instead of KeyboardInterrupt. So while a run on the main thread is
+# in its own code (not in its body, not in an ``f.iter`` consumer) it is shielded: a
+# Ctrl-C is held, and delivered where it is safe -- thrown into the body at its yield when
+# the body resumes (as if it came right then), or raised by the call once its cleanup is
+# done. A second Ctrl-C while one is held raises at once. The handler is installed only
+# over Python's default one (an application's or a framework's own handler is left to
+# work as it does), only during calls made in the main thread, and restored after them.
+
+_shielded = False  # the main thread's run is in its own code
+_sigint_held = False  # a Ctrl-C came while shielded, not yet delivered
+_sigint_calls = 0  # main-thread calls using the handler
+_sigint_pid = 0  # the process that installed it
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    global _sigint_held
+    if _shielded and not _sigint_held and os.getpid() == _sigint_pid:
+        _sigint_held = True
+        # no logging here: the interrupted code may hold the logging lock
+        with contextlib.suppress(OSError):
+            os.write(2, b"resumable: Ctrl-C: stopping once the save under way is handed "
+                        b"over (Ctrl-C again stops at once)\n")
+        return
+    _sigint_held = False
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without us
+
+
+def sigint_begin() -> bool | None:
+    """A call starts in the main thread: shield it (installing the handler if Python's
+    default one is there). Returns what ``sigint_end`` needs; None: not shielded."""
+    global _shielded, _sigint_calls, _sigint_pid
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    outer = _shielded
+    _shielded = True  # first: a Ctrl-C while installing is held, not lost
+    if _sigint_calls == 0:
+        try:
+            if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+                _shielded = outer
+                return None
+            signal.signal(signal.SIGINT, _on_sigint)
+        except (ValueError, OSError):  # not the main interpreter
+            _shielded = outer
+            return None
+        _sigint_pid = os.getpid()
+    _sigint_calls += 1
+    return outer
+
+
+def shield(on: bool) -> None:
+    """The main thread's run goes into (False) or comes back from (True) user code."""
+    global _shielded
+    _shielded = on
+
+
+def take_sigint() -> bool:
+    """A Ctrl-C was held: True once (the caller delivers it)."""
+    global _sigint_held
+    held, _sigint_held = _sigint_held, False
+    return held
+
+
+def sigint_end(outer: bool | None, deliver: bool) -> None:
+    """The call ends: back to the caller's shield; the handler goes with the last call.
+    With ``deliver`` (the call is returning normally) a held Ctrl-C is raised now."""
+    global _shielded, _sigint_calls, _sigint_held
+    if outer is None or threading.current_thread() is not threading.main_thread():
+        return  # (an f.iter run closed from another thread: the main thread's shield stays)
+    _sigint_calls -= 1
+    if _sigint_calls <= 0:
+        _sigint_calls = 0
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signal.SIGINT) is _on_sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+    _shielded = outer
+    if outer:
+        return  # inside another call's own code: that call delivers it
+    held, _sigint_held = _sigint_held, False
+    if held and deliver:
+        raise KeyboardInterrupt
+
+
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
+    global _shielded, _sigint_held, _sigint_calls
     _unwinding = False
+    if _sigint_calls and signal.getsignal(signal.SIGINT) is _on_sigint:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the child's own Ctrl-C
+    _shielded = _sigint_held = False
+    _sigint_calls = 0
     if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
         os._exit(143)
     if _relay_fds is not None:  # the relay thread is the parent's; its pipe too
