@@ -120,3 +120,42 @@ def test_a_call_saves_while_another_calls_forked_child_is_still_pickling(
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("Y finished while X's child pickled: True;"), last
     assert "X [3], Y [6]" in last and last.endswith("6]"), last
+
+
+def test_a_state_of_many_small_arrays_is_spilled_in_few_writes_and_read_back_exactly(
+    tmp_path: Path,
+) -> None:
+    """A population of small arrays (5,000 individuals) spilled: one pwrite per array made
+    the loop's spill about twice as slow as the memory copy it replaces (50,000 arrays of
+    32 floats: 160 ms against 95 ms here; the read-back on the upload thread 230 ms).
+    Small frames go in batches; every frame comes back byte for byte, whatever its size
+    (empty, tiny, just under and over the batching threshold, several MiB)."""
+    import numpy as np
+
+    import resumable._spill as sp
+
+    rng = np.random.default_rng(5)
+    sizes = [0, 1, 7, 2**16 - 1, 2**16, 3 * 2**20 + 5, 0]
+    sizes += [int(n) for n in rng.integers(1, 600, 5000)] + [2**16 + 1, 9]
+    frames: list[object] = [b"the pickle stream"]
+    frames += [memoryview(rng.bytes(n)) for n in sizes]
+    writes = []
+    real = sp._pwrite_all
+
+    def counting(fd: int, view: memoryview, offset: int) -> None:
+        writes.append(view.nbytes)
+        real(fd, view, offset)
+
+    spill = sp.SpillFile(str(tmp_path), "test")
+    sp._pwrite_all = counting  # type: ignore[assignment]
+    try:
+        spilled = spill.spill(1, frames, sum(sizes))
+    finally:
+        sp._pwrite_all = real  # type: ignore[assignment]
+    assert spilled is not None
+    back = spilled.collect(None)
+    spill.close()
+    assert back[0] == b"the pickle stream"
+    assert [bytes(f) for f in back[1:]] == [bytes(f) for f in frames[1:]]  # type: ignore[arg-type]
+    assert sum(writes) == sum(sizes)
+    assert len(writes) <= 10, f"{len(writes)} writes for {len(sizes)} frames"
