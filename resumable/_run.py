@@ -112,10 +112,13 @@ class Snapshot:
     # Told the size of a forked child's frames once read: the next due yield's hint
     on_size: Callable[[int], None] | None = None
     deadline: float | None = None  # time.monotonic() by which a forked child must have pickled
+    # Its own, not one for the process: reading the frames may wait for a forked child's
+    # pickling (up to $RESUMABLE_FORK_TIMEOUT), and other calls' saves must not wait too.
+    _materialize_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def materialize(self) -> None:
         """Read a forked child's frames (once; every later call sees the same outcome)."""
-        with _materialize_lock:
+        with self._materialize_lock:
             if self.failed is not None:
                 raise self.failed
             child = self.forked
@@ -169,7 +172,6 @@ class Snapshot:
 
 
 _pool_lock = threading.Lock()
-_materialize_lock = threading.Lock()
 
 
 class BufferPool:

@@ -37,6 +37,8 @@ from ._forked import Superseded
 log = logging.getLogger("resumable")
 
 _CHUNK = 1 << 30  # bytes per pwrite/preadv call (Linux writes at most ~2 GiB per call)
+_SMALL = 1 << 16  # frames below this are written and read in batches of about _BATCH bytes
+_BATCH = 1 << 20
 _OWNER_WAIT = 5.0  # seconds the loop waits for a file to be free (see SpillFile.spill)
 _MEMORY_FS = {"tmpfs", "ramfs", "hugetlbfs"}
 
@@ -123,12 +125,7 @@ class SpillFile:
         try:
             if slot.fd is None:
                 slot.fd = _open_unnamed(self.folder or ".")
-            offset, sizes = 0, []
-            for frame in frames[1:]:
-                view = memoryview(frame).cast("B")
-                _pwrite_all(slot.fd, view, offset)
-                offset += view.nbytes
-                sizes.append(view.nbytes)
+            sizes = _write_frames(slot.fd, frames[1:])
         except BaseException as err:
             with self._lock:
                 # Whatever stopped the write (a full disk, or Ctrl-C in the middle of
@@ -158,14 +155,7 @@ class SpillFile:
                 raise Superseded(f"the spilled state of step {owner.step} was let go of")
             slot.busy = True
         try:
-            out: list[Any] = [owner.stream]
-            offset = 0
-            for n in owner.sizes:
-                buf = take(n) if take is not None else bytearray(n)
-                _pread_all(slot.fd, memoryview(buf).cast("B")[:n], offset)
-                offset += n
-                out.append(buf)
-            return out
+            return [owner.stream, *_read_frames(slot.fd, owner.sizes, take)]
         except OSError as err:
             self.failed = True  # the disk is suspect: newer states wait in memory
             raise StoreError(
@@ -252,6 +242,71 @@ def _open_unnamed(folder: str) -> int:
     fd, name = tempfile.mkstemp(prefix=".resumable-spill-", dir=folder)
     os.unlink(name)
     return fd
+
+
+def _write_frames(fd: int, frames: Sequence[Any]) -> list[int]:
+    """Write ``frames`` one after another from byte 0; their sizes.
+
+    Small frames are joined into batches of about ``_BATCH`` bytes: a state of many
+    small arrays (a population of 50,000 individuals of 32 floats) took one system call
+    per array, twice the time of the memory copy the spill replaces; joined, less.
+    """
+    offset, sizes = 0, []
+    pending: list[memoryview] = []
+    pending_size = 0
+
+    def flush() -> None:
+        nonlocal offset, pending_size
+        if pending:
+            _pwrite_all(fd, memoryview(b"".join(pending)), offset)
+            offset += pending_size
+            pending.clear()
+            pending_size = 0
+
+    for frame in frames:
+        view = memoryview(frame).cast("B")
+        sizes.append(view.nbytes)
+        if view.nbytes < _SMALL:
+            pending.append(view)
+            pending_size += view.nbytes
+            if pending_size >= _BATCH:
+                flush()
+            continue
+        flush()
+        _pwrite_all(fd, view, offset)
+        offset += view.nbytes
+    flush()
+    return sizes
+
+
+def _read_frames(fd: int, sizes: Sequence[int],
+                 take: Callable[[int], Any] | None) -> list[Any]:
+    """The frames ``_write_frames`` wrote: large ones read into ``take(n)`` buffers, runs
+    of small ones read at once and cut into ``bytes``."""
+    out: list[Any] = []
+    offset, i = 0, 0
+    while i < len(sizes):
+        n = sizes[i]
+        if n >= _SMALL:
+            buf = take(n) if take is not None else bytearray(n)
+            _pread_all(fd, memoryview(buf).cast("B")[:n], offset)
+            out.append(buf)
+            offset += n
+            i += 1
+            continue
+        j, total = i, 0
+        while j < len(sizes) and sizes[j] < _SMALL and total < _BATCH:
+            total += sizes[j]
+            j += 1
+        run = bytearray(total)
+        _pread_all(fd, memoryview(run), offset)
+        view, at = memoryview(run), 0
+        for k in range(i, j):
+            out.append(bytes(view[at:at + sizes[k]]))
+            at += sizes[k]
+        offset += total
+        i = j
+    return out
 
 
 def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
