@@ -22,6 +22,7 @@ killed with it open leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -237,8 +238,11 @@ class Spilled:
 def _open_unnamed(folder: str) -> int:
     flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
     if hasattr(os, "O_TMPFILE"):
-        with contextlib.suppress(OSError):  # filesystems without O_TMPFILE: a named file
+        try:
             return os.open(folder, flags | os.O_TMPFILE, 0o600)
+        except OSError as err:  # filesystems (kernels) without O_TMPFILE: a named file
+            if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise  # the folder's own error (gone, read-only, full), not a made-up name
     fd, name = tempfile.mkstemp(prefix=".resumable-spill-", dir=folder)
     os.unlink(name)
     return fd

@@ -3,11 +3,14 @@ upload thread, must not wait for one another."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,3 +162,24 @@ def test_a_state_of_many_small_arrays_is_spilled_in_few_writes_and_read_back_exa
     assert [bytes(f) for f in back[1:]] == [bytes(f) for f in frames[1:]]  # type: ignore[arg-type]
     assert sum(writes) == sum(sizes)
     assert len(writes) <= 10, f"{len(writes)} writes for {len(sizes)} frames"
+
+
+def test_a_spill_folder_deleted_mid_run_is_named_with_its_own_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The folder is gone when a state is to be spilled: the warning gives that error for
+    the folder itself, not for a temporary file name that never existed (the fallback for
+    filesystems without O_TMPFILE used to run, and fail, too)."""
+    import shutil
+
+    from resumable._spill import SpillFile
+
+    folder = tmp_path / "spill"
+    folder.mkdir()
+    spill = SpillFile(str(folder), "store/run")
+    shutil.rmtree(folder)
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert spill.spill(1, [b"", bytearray(2 << 20)], 2 << 20) is None
+    assert f"No such file or directory: '{folder}')" in caplog.text, caplog.text
+    assert "resumable-spill-" not in caplog.text
+    spill.close()
