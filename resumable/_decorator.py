@@ -23,7 +23,7 @@ from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
-from ._run import RNG_END, BufferPool, Checkpoint, Run, Snapshot
+from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot
 from ._runid import validate_run_id
 from ._uploader import Uploader
 from .serializers import Serializer, get_serializer
@@ -344,6 +344,7 @@ class _Execution:
         self.in_place_saved = False
         self.durable_step = 0  # resumed from or saved in place (last_snap, if set, is newer)
         self.timed = isinstance(self.opts.every, EverySeconds)
+        self.every_yield = self.opts.every == _EVERY_YIELD
         self.last_save = time.monotonic() if self.timed else 0.0
         self.step = 0
         self.held: Any = None  # the state the consumer holds (the last one yielded)
@@ -394,7 +395,7 @@ class _Execution:
         previous = self.last_snap
         known_size = max(self.state_size, previous.size if previous is not None else 0)
         if (previous is not None and previous.size >= _BIG and self.uploader.busy
-                and not (force or self.terminate) and self.opts.every != _EVERY_YIELD):
+                and not (force or self.terminate) and not self.every_yield):
             # The previous state is still being uploaded: a copy of this one would be a
             # second copy of a large state. Skip it; the schedule's next due yield (or,
             # for a duration, the next yield) is snapshotted instead.
@@ -451,11 +452,12 @@ class _Execution:
 
         # every="generation" keeps the newest state while the one before it uploads: in a
         # file rather than as a second copy in memory (the uploading save holds the first).
-        spill = (self.spill if (self.copies == 2 and self.opts.every == _EVERY_YIELD
-                                and known_size >= _BIG and self.uploader.busy
+        spill = (self.spill if (known_size >= _BIG and self.copies == 2 and self.every_yield
+                                and self.uploader.busy
                                 and not (force or self.terminate or self.synchronous))
                  else None)
-        self.pool.make_room, self.pool.loop = make_room, threading.get_ident()
+        if known_size >= _POOLED:  # a save waiting holds buffers worth taking back first
+            self.pool.make_room, self.pool.loop = make_room, threading.get_ident()
         started = time.perf_counter()
         try:
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill)

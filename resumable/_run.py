@@ -172,6 +172,7 @@ class Snapshot:
 
 
 _pool_lock = threading.Lock()
+_POOLED = 1 << 16  # buffers the pool keeps: smaller ones cost less to make than to keep
 
 
 class BufferPool:
@@ -202,7 +203,7 @@ class BufferPool:
             for n in [n for n in self._free if n not in sizes]:
                 del self._free[n]
             for f in frames:
-                if isinstance(f, bytearray) and len(f) >= 1 << 16:
+                if isinstance(f, bytearray) and len(f) >= _POOLED:
                     free = self._free.setdefault(len(f), [])
                     if len(free) < self._limit and not any(b is f for b in free):
                         free.append(f)
@@ -730,8 +731,8 @@ class Run:
                              f"the state yielded at step {step} of run {self.where()}")
         size = sum(memoryview(f).nbytes for f in frames[1:])
         in_place = size > copy_limit
-        if pool is not None and not in_place:
-            pool.prepare()
+        if pool is not None and not in_place and size >= _POOLED:
+            pool.prepare()  # (nothing of a small state is pooled: no room to make)
         if spill is not None and not in_place:
             spilled = spill.spill(step, frames, size)
             if spilled is not None:
