@@ -717,8 +717,8 @@ class _Execution:
         a Ctrl-C held while the call did its own work is thrown in at its yield."""
         if self.sigint_outer is None:
             return next(gen)
-        held = _signals.take_sigint()
-        _signals.shield(False)
+        held = _signals._sigint_held and _signals.take_sigint()
+        _signals._shielded = False  # (a module global, set directly: this is per yield)
         try:
             if held:
                 log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
@@ -726,7 +726,7 @@ class _Execution:
                 return gen.throw(KeyboardInterrupt())
             return next(gen)
         finally:
-            _signals.shield(True)
+            _signals._shielded = True
 
     def _steps(self) -> Generator[Any, None, Any]:
         run = self.run
