@@ -158,6 +158,7 @@ class CheckpointedFunction(Generic[P, R]):
 
 
 _PENDING: Any = object()
+_get_ident = threading.get_ident
 
 
 class RunIterator(Iterator[Any]):
@@ -308,6 +309,7 @@ class _Execution:
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
         self.sigint_outer: bool | None = None  # set by _drive (see _signals.sigint_begin)
+        self.sigint_thread = 0  # the thread that called sigint_begin
         self.own_consumer = False  # states() consumed by __call__ (no user code between)
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
         self.interrupted = False  # no yield came in time: nothing the body yields is saved
@@ -703,23 +705,28 @@ class _Execution:
         # In the main thread a Ctrl-C is held while the call is in its own code, and
         # delivered where nothing is half done (see _signals: "Ctrl-C while a run keeps
         # its books").
-        outer = self.sigint_outer = _signals.sigint_begin()
+        self.sigint_outer = _signals.sigint_begin()  # (updated at each resume, see below)
+        self.sigint_thread = _get_ident()
         try:
             result = yield from self._steps()
-        except BaseException:
-            _signals.sigint_end(outer, deliver=False)
+        except BaseException as err:
+            # A Ctrl-C held during the cleanup is raised over the call's own exception (a
+            # caller that handles a body's error, or an iterator's close(), must not go
+            # on as if it never came), not over one that stops the program already.
+            _signals.sigint_end(self.sigint_outer, deliver=not isinstance(
+                err, (KeyboardInterrupt, SystemExit)))
             raise
-        _signals.sigint_end(outer, deliver=True)  # a Ctrl-C held till now is raised here
+        _signals.sigint_end(self.sigint_outer, deliver=True)  # a held Ctrl-C is raised here
         return result
 
     def _resume(self, gen: Generator[Any, None, Any]) -> Any:
         """Run the body to its next yield (unshielded: a Ctrl-C there is raised at once);
         a Ctrl-C held while the call did its own work is thrown in at its yield."""
-        if self.sigint_outer is None:
-            return next(gen)
+        if self.sigint_outer is None or _get_ident() != self.sigint_thread:
+            return next(gen)  # (an f.iter run the main thread began, advanced elsewhere)
         held = _signals._sigint_held and _signals.take_sigint()
-        _signals._shielded = False  # (a module global, set directly: this is per yield)
         try:
+            _signals._shielded = False  # (a module global, set directly: this is per yield)
             if held:
                 log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
                             "at its yield", self.run.where(), self.step)
@@ -780,7 +787,9 @@ class _Execution:
                             and failures < self.opts.restarts):
                         failures += 1
                         gen.close()
-                        _restart_pause(failures, lambda: self.terminate)
+                        # (a Ctrl-C held ends the pause: the new body gets it at once)
+                        _restart_pause(failures, lambda: self.terminate or (
+                            self.sigint_outer is not None and _signals.sigint_held()))
                         if self.terminate:
                             raise _signals.terminated() from err
                         state, step = self._restart_point(resumed)
@@ -809,13 +818,19 @@ class _Execution:
                     raise _signals.terminated()
                 progress.advance(step, yielded)
                 self.suspended = True
+                # An f.iter consumer's code runs: as it was. Only the thread that began the
+                # shield moves it (a consumer may pass the iterator to another thread).
                 unshield = self.sigint_outer is not None and not self.own_consumer
-                if unshield:  # an f.iter consumer's code runs: as it was
+                if unshield and _get_ident() == self.sigint_thread:
                     _signals.shield(bool(self.sigint_outer))
                 try:
                     yield yielded
                 finally:
-                    if unshield:
+                    if unshield and _get_ident() == self.sigint_thread:
+                        # Whoever resumes or closes us (a consumer, or another run's own
+                        # code closing its body, or the garbage collector anywhere) gets
+                        # its shield back when we hand back or end, not the one we began in.
+                        self.sigint_outer = _signals.shielded()
                         _signals.shield(True)
                     self.suspended = False
         except _signals.TERMINATION:

@@ -17,6 +17,7 @@ import http.client
 import logging
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 
 import tenacity
 
-from . import _settings
+from . import _settings, _signals
 from ._errors import EXIT_CONFIG, ConfigurationError, StoreError
 
 log = logging.getLogger("resumable")
@@ -253,6 +254,11 @@ def deadline() -> float:
     return _settings.RETRY_DEADLINE.read()
 
 
+def _ctrl_c_held(retry_state: tenacity.RetryCallState) -> bool:
+    return (_signals.sigint_held()
+            and threading.current_thread() is threading.main_thread())
+
+
 def _backoff(retry_state: tenacity.RetryCallState) -> float:
     # Full jitter (AWS architecture blog): spreads retries of parallel parts apart.
     ceiling = min(BACKOFF_CAP, BACKOFF_START * 2 ** (retry_state.attempt_number - 1))
@@ -292,7 +298,9 @@ def retrying(
         )
 
     retryer = tenacity.Retrying(
-        stop=tenacity.stop_before_delay(limit),
+        # A Ctrl-C held in the main thread (see _signals) ends the retries there: the
+        # call fails with this operation's error, and the call raises KeyboardInterrupt.
+        stop=tenacity.stop_any(tenacity.stop_before_delay(limit), _ctrl_c_held),
         wait=_backoff,
         retry=tenacity.retry_if_exception(transient),
         before_sleep=before_sleep,

@@ -532,6 +532,7 @@ _shielded = False  # the main thread's run is in its own code
 _sigint_held = False  # a Ctrl-C came while shielded, not yet delivered
 _sigint_calls = 0  # main-thread calls using the handler
 _sigint_pid = 0  # the process that installed it
+_sigint_lock = threading.Lock()  # _sigint_calls: a call may end in another thread
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -555,17 +556,21 @@ def sigint_begin() -> bool | None:
         return None
     outer = _shielded
     _shielded = True  # first: a Ctrl-C while installing is held, not lost
-    if _sigint_calls == 0:
-        try:
-            if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    with _sigint_lock:
+        if _sigint_calls == 0:
+            try:
+                handler = signal.getsignal(signal.SIGINT)
+                # (ours, left by a call that ended in another thread: reused)
+                if handler is not _on_sigint or os.getpid() != _sigint_pid:
+                    if handler is not signal.default_int_handler:
+                        _shielded = outer
+                        return None
+                    signal.signal(signal.SIGINT, _on_sigint)
+            except (ValueError, OSError):  # not the main interpreter
                 _shielded = outer
                 return None
-            signal.signal(signal.SIGINT, _on_sigint)
-        except (ValueError, OSError):  # not the main interpreter
-            _shielded = outer
-            return None
-        _sigint_pid = os.getpid()
-    _sigint_calls += 1
+            _sigint_pid = os.getpid()
+        _sigint_calls += 1
     return outer
 
 
@@ -573,6 +578,15 @@ def shield(on: bool) -> None:
     """The main thread's run goes into (False) or comes back from (True) user code."""
     global _shielded
     _shielded = on
+
+
+def shielded() -> bool:
+    return _shielded
+
+
+def sigint_held() -> bool:
+    """A Ctrl-C is held (a long wait in the run's own code ends early for it)."""
+    return _sigint_held
 
 
 def take_sigint() -> bool:
@@ -586,11 +600,17 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
     """The call ends: back to the caller's shield; the handler goes with the last call.
     With ``deliver`` (the call is returning normally) a held Ctrl-C is raised now."""
     global _shielded, _sigint_calls, _sigint_held
-    if outer is None or threading.current_thread() is not threading.main_thread():
-        return  # (an f.iter run closed from another thread: the main thread's shield stays)
-    _sigint_calls -= 1
-    if _sigint_calls <= 0:
-        _sigint_calls = 0
+    if outer is None:
+        return
+    with _sigint_lock:
+        _sigint_calls = max(0, _sigint_calls - 1)
+        last = _sigint_calls == 0
+    if threading.current_thread() is not threading.main_thread():
+        # An f.iter run the main thread started, closed or finished by another thread:
+        # the main thread's shield is the main thread's (it is in its own code now), and
+        # the handler can only be restored from there (the next call reuses it).
+        return
+    if last:
         with contextlib.suppress(ValueError, OSError):
             if signal.getsignal(signal.SIGINT) is _on_sigint:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -605,12 +625,13 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
-    global _shielded, _sigint_held, _sigint_calls
+    global _shielded, _sigint_held, _sigint_calls, _sigint_lock
     _unwinding = False
-    if _sigint_calls and signal.getsignal(signal.SIGINT) is _on_sigint:
+    if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the child's own Ctrl-C
     _shielded = _sigint_held = False
     _sigint_calls = 0
+    _sigint_lock = threading.Lock()
     if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
         os._exit(143)
     if _relay_fds is not None:  # the relay thread is the parent's; its pipe too

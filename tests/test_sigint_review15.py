@@ -1,0 +1,338 @@
+"""Review of the Ctrl-C shield (122972b): a held Ctrl-C must not be lost or delayed
+without end, and a run handled by two threads must not leave the main thread shielded.
+
+Each test runs a child with a real SIGINT (``signal.raise_signal`` in the main thread at
+a chosen call, as tests/test_sigint.py does) and a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _child(code: str, *args: str, env: dict[str, str] | None = None,
+           timeout: float = 60) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+        env={**os.environ, **(env or {}),
+             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+        timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- a Ctrl-C held during the cleanup of a call that ends by an exception ---------------
+
+_ERROR = """
+    import faulthandler, json, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+    from resumable._decorator import _Execution
+
+    @checkpointed(store=sys.argv[1], run_id="err", every="generation")
+    def body(*, state=None):
+        i = 0
+        while True:
+            i += 1
+            yield {"i": i}
+            if i == 3:
+                raise ValueError("body failed")
+
+    fired = []
+    def profile(frame, event, arg):  # Ctrl-C as the last state is being saved
+        if event == "call" and frame.f_code is _Execution._flush_after_error.__code__:
+            fired.append(1)
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)
+
+    out = {}
+    sys.setprofile(profile)
+    try:
+        body()
+    except KeyboardInterrupt:
+        out["raised"] = "KeyboardInterrupt"
+    except ValueError:
+        out["raised"] = "ValueError"  # a caller that handles the body's error goes on
+    sys.setprofile(None)
+    out["fired"] = bool(fired)
+    out["default_back"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print(json.dumps(out))
+"""
+
+
+def test_a_ctrl_c_held_while_a_failed_call_saves_is_raised_not_dropped(tmp_path: Path) -> None:
+    """The body raises; Ctrl-C comes while the call saves its last state. README: a held
+    Ctrl-C is raised 'by the call once its cleanup is done'. It was dropped: the call
+    ended with the body's ValueError and a caller handling that error went on, the
+    user's Ctrl-C lost after its 'stopping once the save ... is handed over' line."""
+    out = _child(_ERROR, str(tmp_path / "store"))
+    assert out == {"raised": "KeyboardInterrupt", "fired": True, "default_back": True}
+
+
+_CLOSE = """
+    import faulthandler, json, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+    from resumable._decorator import _Execution
+
+    @checkpointed(store=sys.argv[1], run_id="close", every=5)
+    def body(*, state=None):
+        i = 0
+        while True:
+            i += 1
+            yield {"i": i}
+
+    fired = []
+    def profile(frame, event, arg):  # Ctrl-C while close() saves the state held
+        if event == "call" and frame.f_code is _Execution._flush_last.__code__:
+            fired.append(1)
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)
+
+    out = {}
+    it = body.iter()
+    for state in it:
+        if state["i"] == 3:
+            break
+    sys.setprofile(profile)
+    try:
+        it.close()
+        out["close"] = "returned"
+    except KeyboardInterrupt:
+        out["close"] = "KeyboardInterrupt"
+    sys.setprofile(None)
+    out["fired"] = bool(fired)
+    out["default_back"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print(json.dumps(out))
+"""
+
+
+def test_a_ctrl_c_held_while_an_iterator_closes_is_raised_by_close(tmp_path: Path) -> None:
+    """``it.close()`` saves the state the consumer holds (a final upload that may take
+    long); a Ctrl-C then was held and dropped: close() returned and the program went on."""
+    out = _child(_CLOSE, str(tmp_path / "store"))
+    assert out == {"close": "KeyboardInterrupt", "fired": True, "default_back": True}
+
+
+# -- a main-thread run handed to another thread -----------------------------------------
+
+_THREAD = """
+    import faulthandler, json, signal, sys, threading
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+
+    @checkpointed(store=sys.argv[1], run_id="t", every="generation")
+    def body(*, state=None):
+        i = 0
+        while i < 5:
+            i += 1
+            yield {"i": i}
+        return i
+
+    it = body.iter()
+    next(it)  # started in the main thread
+    work = it.close if sys.argv[2] == "close" else (lambda: list(it))
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    out = {}
+    try:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C in the application's own code
+        out["ctrl_c"] = "nothing raised"
+    except KeyboardInterrupt:
+        out["ctrl_c"] = "KeyboardInterrupt"
+    # (only the main thread can put the default handler back: its next call does)
+    @checkpointed(store=sys.argv[1], run_id="t2", every="generation")
+    def again(*, state=None):
+        yield {"i": 1}
+        return 1
+
+    try:
+        out["again"] = again()
+    except KeyboardInterrupt:  # the Ctrl-C held all along, thrown into this new call
+        out["again"] = "KeyboardInterrupt"
+    out["default_back"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("how", ["close", "consume"])
+def test_a_run_closed_or_consumed_in_another_thread_leaves_ctrl_c_working(
+    tmp_path: Path, how: str
+) -> None:
+    """An ``f.iter`` run started in the main thread, then closed (or iterated to its end)
+    by another thread: that thread set the main thread's shield and never took it down,
+    so a Ctrl-C in the main thread's own code was only 'held' (a line on stderr) and
+    never raised; the handler stayed installed for good, even after later calls."""
+    out = _child(_THREAD, str(tmp_path / "store"), how)
+    assert out == {"ctrl_c": "KeyboardInterrupt", "again": 1, "default_back": True}
+
+
+_NESTED = """
+    import faulthandler, json, signal, sys, threading, traceback
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+    from resumable._uploader import Uploader
+
+    @checkpointed(store=sys.argv[1], run_id="inner", every="generation")
+    def inner(*, state=None):
+        i = 0
+        while True:
+            i += 1
+            yield {"i": i}
+
+    @checkpointed(store=sys.argv[1], run_id="outer", every="generation")
+    def outer(*, state=None):
+        for s in inner.iter():  # closed when the outer call closes its body
+            yield {"inner": s["i"]}
+
+    fired = []
+    def profile(frame, event, arg):  # Ctrl-C as the outer's cleanup stops its uploader
+        if (event == "call" and frame.f_code is Uploader.close.__code__
+                and frame.f_locals["self"]._name.endswith("-outer")):
+            fired.append(1)
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)
+
+    out = {}
+    it = outer.iter()
+    next(it)
+    next(it)
+    sys.setprofile(profile)
+    try:
+        it.close()
+        out["close"] = "returned"
+    except KeyboardInterrupt as err:
+        out["close"] = "KeyboardInterrupt"
+        out["inside_uploader_close"] = any(
+            f.name == "close" and f.filename.endswith("_uploader.py")
+            for f in traceback.extract_tb(err.__traceback__))
+    sys.setprofile(None)
+    out["fired"] = bool(fired)
+    out["upload_threads"] = [t.name for t in threading.enumerate()
+                             if t.name.startswith("resumable-upload")]
+    out["default_back"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print(json.dumps(out))
+"""
+
+
+def test_a_run_closed_by_another_runs_cleanup_leaves_that_cleanup_shielded(
+    tmp_path: Path
+) -> None:
+    """A body that iterates another run's ``f.iter``: the outer call's cleanup closes the
+    body, which ends the inner run, which put back the shield as it was when the inner
+    run *began* (off: the outer's body ran then). The rest of the outer's cleanup ran
+    unshielded: a Ctrl-C in it was raised in the middle of stopping its uploader, whose
+    thread was left running."""
+    out = _child(_NESTED, str(tmp_path / "store"))
+    assert out == {"close": "KeyboardInterrupt", "inside_uploader_close": False,
+                   "fired": True, "upload_threads": [], "default_back": True}
+
+
+# -- waits in the run's own code that last long -------------------------------------------
+
+_RESTART = """
+    import faulthandler, json, signal, sys, time
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+
+    @checkpointed(store=sys.argv[1], run_id="rs", every="generation", restarts=1)
+    def body(*, state=None):
+        i = state["i"] if state else 0
+        while i < 5:
+            i += 1
+            yield {"i": i}
+            if i == 2 and state is None:
+                raise ValueError("flaky")
+        return i
+
+    fired = []
+    def profile(frame, event, arg):  # Ctrl-C in the restart's pause
+        if event == "c_call" and arg is time.sleep:
+            fired.append(1)
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)
+
+    out = {}
+    sys.setprofile(profile)
+    try:
+        out["returned"] = body()
+    except KeyboardInterrupt:
+        out["raised"] = "KeyboardInterrupt"
+    sys.setprofile(None)
+    out["fired"] = bool(fired)
+    print(json.dumps(out))
+"""
+
+
+def test_a_ctrl_c_in_a_restart_pause_stops_the_call_without_waiting_it_out(
+    tmp_path: Path
+) -> None:
+    """$RESUMABLE_RESTART_BACKOFF: the pause before a restart (30 to 60 s here) is the
+    run's own code; a Ctrl-C in it was held until the pause was over. The child must end
+    well before that (the timeout)."""
+    try:
+        out = _child(_RESTART, str(tmp_path / "store"),
+                     env={"RESUMABLE_RESTART_BACKOFF": "600"}, timeout=25)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the call waited out its restart pause after Ctrl-C")
+    assert out == {"raised": "KeyboardInterrupt", "fired": True}
+
+
+_RETRY = """
+    import faulthandler, json, signal, sys, time
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+
+    @checkpointed(store=sys.argv[1], run_id="rt", every="generation")
+    def body(*, state=None):
+        yield {"i": 1}
+        return 1
+
+    fired = []
+    def profile(frame, event, arg):  # Ctrl-C in the first pause between retries
+        if event == "c_call" and arg is time.sleep:
+            fired.append(1)
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)
+
+    out = {}
+    sys.setprofile(profile)
+    try:
+        out["returned"] = body()
+    except KeyboardInterrupt:
+        out["raised"] = "KeyboardInterrupt"
+    except Exception as err:
+        out["raised"] = type(err).__name__
+    sys.setprofile(None)
+    out["fired"] = bool(fired)
+    print(json.dumps(out))
+"""
+
+
+def test_a_ctrl_c_while_the_start_of_a_call_retries_the_store_stops_it(
+    tmp_path: Path
+) -> None:
+    """The start of a call (result check, claim, load) is the run's own code; against an
+    endpoint nothing answers, its store operations retry for $RESUMABLE_RETRY_DEADLINE
+    (120 s here). A Ctrl-C then was held through all of it (then dropped for the
+    StoreError); before the shield it stopped the program at once."""
+    from tests.s3servers import free_port
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+           "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+           "AWS_DEFAULT_REGION": "us-east-1", "RESUMABLE_RETRY_DEADLINE": "120"}
+    try:
+        out = _child(_RETRY, "s3://nobody-listens/p", env=env, timeout=25)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the call went on retrying after Ctrl-C")
+    assert out == {"raised": "KeyboardInterrupt", "fired": True}
+
