@@ -555,10 +555,10 @@ def sigint_begin() -> bool | None:
     if threading.current_thread() is not threading.main_thread():
         return None
     outer = _shielded
-    _shielded = True  # first: a Ctrl-C while installing is held, not lost
-    with _sigint_lock:
-        if _sigint_calls == 0:
-            try:
+    _shielded = True  # first: a Ctrl-C once ours is in place is held, not lost
+    try:
+        with _sigint_lock:
+            if _sigint_calls == 0:
                 handler = signal.getsignal(signal.SIGINT)
                 # (ours, left by a call that ended in another thread: reused)
                 if handler is not _on_sigint or os.getpid() != _sigint_pid:
@@ -566,11 +566,14 @@ def sigint_begin() -> bool | None:
                         _shielded = outer
                         return None
                     signal.signal(signal.SIGINT, _on_sigint)
-            except (ValueError, OSError):  # not the main interpreter
-                _shielded = outer
-                return None
-            _sigint_pid = os.getpid()
-        _sigint_calls += 1
+                _sigint_pid = os.getpid()
+            _sigint_calls += 1
+    except (ValueError, OSError):  # not the main interpreter
+        _shielded = outer
+        return None
+    except BaseException:  # a Ctrl-C before ours was in place: raised, no shield left up
+        _shielded = outer
+        raise
     return outer
 
 
@@ -610,11 +613,14 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
         # the main thread's shield is the main thread's (it is in its own code now), and
         # the handler can only be restored from there (the next call reuses it).
         return
+    # The shield first: signal.signal() runs Python code after the swap, where a Ctrl-C
+    # is raised (the default handler is back); raised with the shield still up, it left
+    # it up for good, and every later call began "inside another call's own code".
+    _shielded = outer
     if last:
         with contextlib.suppress(ValueError, OSError):
             if signal.getsignal(signal.SIGINT) is _on_sigint:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-    _shielded = outer
     if outer:
         return  # inside another call's own code: that call delivers it
     held, _sigint_held = _sigint_held, False

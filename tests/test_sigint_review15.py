@@ -336,3 +336,63 @@ def test_a_ctrl_c_while_the_start_of_a_call_retries_the_store_stops_it(
         pytest.fail("the call went on retrying after Ctrl-C")
     assert out == {"raised": "KeyboardInterrupt", "fired": True}
 
+# -- Ctrl-C while the handler itself is put in place or taken down -------------------------
+
+_RESTORE = """
+    import faulthandler, json, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+    from resumable import _signals
+
+    @checkpointed(store=sys.argv[1], run_id="first", every="generation")
+    def first(*, state=None):
+        yield {"i": 1}
+        return 1
+
+    @checkpointed(store=sys.argv[1], run_id="later", every="generation")
+    def later(*, state=None):
+        i = 0
+        while i < 3:
+            i += 1
+            yield {"i": i}
+        return i
+
+    def profile(frame, event, arg):  # Ctrl-C inside signal.signal(), as the call ends
+        caller = frame.f_back
+        if (event == "call" and frame.f_code is signal._int_to_enum.__code__
+                and caller.f_code is signal.signal.__code__
+                and caller.f_back.f_code is _signals.sigint_end.__code__):
+            sys.setprofile(None)
+            signal.raise_signal(signal.SIGINT)
+
+    out = {}
+    sys.setprofile(profile)
+    try:
+        out["first"] = first()
+    except KeyboardInterrupt:
+        out["first"] = "KeyboardInterrupt"
+    sys.setprofile(None)
+    it = later.iter()
+    next(it)
+    try:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C in an f.iter consumer's own code
+        out["consumer"] = "nothing raised"
+    except KeyboardInterrupt:
+        out["consumer"] = "KeyboardInterrupt"
+    it.close()
+    out["default_back"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print(json.dumps(out))
+"""
+
+
+def test_a_ctrl_c_while_the_handler_is_taken_down_leaves_no_stale_shield(
+    tmp_path: Path
+) -> None:
+    """sigint_end put the default handler back before the shield down: a Ctrl-C in that
+    window (signal.signal() swaps the handler, then runs Python code) was raised with
+    the shield still up, for good. Every later call then began 'inside another call's
+    own code': an f.iter consumer's code was shielded (its Ctrl-C only held) and a Ctrl-C
+    held at a call's end was never raised. (A scan of the exception path hit it.)"""
+    out = _child(_RESTORE, str(tmp_path / "store"))
+    assert out == {"first": "KeyboardInterrupt", "consumer": "KeyboardInterrupt",
+                   "default_back": True}
