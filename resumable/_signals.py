@@ -537,7 +537,7 @@ _sigint_lock = threading.Lock()  # _sigint_calls: a call may end in another thre
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     global _sigint_held
-    if _shielded and not _sigint_held and os.getpid() == _sigint_pid:
+    if _shielded and _sigint_calls and not _sigint_held and os.getpid() == _sigint_pid:
         _sigint_held = True
         # no logging here: the interrupted code may hold the logging lock
         with contextlib.suppress(OSError):
@@ -554,7 +554,8 @@ def sigint_begin() -> bool | None:
     global _shielded, _sigint_calls, _sigint_pid
     if threading.current_thread() is not threading.main_thread():
         return None
-    outer = _shielded
+    # (no call under way: nothing to go back to, whatever a Ctrl-C left the flag at)
+    outer = _shielded and _sigint_calls > 0
     _shielded = True  # first: a Ctrl-C once ours is in place is held, not lost
     try:
         with _sigint_lock:
@@ -601,26 +602,36 @@ def take_sigint() -> bool:
 
 def sigint_end(outer: bool | None, deliver: bool) -> None:
     """The call ends: back to the caller's shield; the handler goes with the last call.
-    With ``deliver`` (the call is returning normally) a held Ctrl-C is raised now."""
+    With ``deliver`` a held Ctrl-C is raised now (not over a call that ends by one)."""
     global _shielded, _sigint_calls, _sigint_held
     if outer is None:
         return
+    if threading.current_thread() is not threading.main_thread():
+        # An f.iter run the main thread began, closed or finished by another thread: the
+        # main thread's shield is the main thread's (it is in its own code now), and the
+        # handler can only be restored from there (the next call reuses or restores it).
+        with _sigint_lock:
+            _sigint_calls = max(0, _sigint_calls - 1)
+        return
+    with _sigint_lock:
+        last = _sigint_calls <= 1
+    if last:  # (the count stays up meanwhile: a Ctrl-C before the swap is held)
+        try:
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(signal.SIGINT) is _on_sigint:
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+        except BaseException:
+            # A Ctrl-C right after the swap (signal.signal() runs Python code after it) is
+            # raised by the default handler: the shield goes down with it.
+            with _sigint_lock:
+                _sigint_calls = max(0, _sigint_calls - 1)
+            _shielded, _sigint_held = outer, False
+            raise
     with _sigint_lock:
         _sigint_calls = max(0, _sigint_calls - 1)
-        last = _sigint_calls == 0
-    if threading.current_thread() is not threading.main_thread():
-        # An f.iter run the main thread started, closed or finished by another thread:
-        # the main thread's shield is the main thread's (it is in its own code now), and
-        # the handler can only be restored from there (the next call reuses it).
-        return
-    # The shield first: signal.signal() runs Python code after the swap, where a Ctrl-C
-    # is raised (the default handler is back); raised with the shield still up, it left
-    # it up for good, and every later call began "inside another call's own code".
+    # (a Ctrl-C just before this line leaves the flag up with no call under way: the
+    # handler and the next sigint_begin ignore it then)
     _shielded = outer
-    if last:
-        with contextlib.suppress(ValueError, OSError):
-            if signal.getsignal(signal.SIGINT) is _on_sigint:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
     if outer:
         return  # inside another call's own code: that call delivers it
     held, _sigint_held = _sigint_held, False
