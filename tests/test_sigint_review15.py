@@ -396,3 +396,53 @@ def test_a_ctrl_c_while_the_handler_is_taken_down_leaves_no_stale_shield(
     out = _child(_RESTORE, str(tmp_path / "store"))
     assert out == {"first": "KeyboardInterrupt", "consumer": "KeyboardInterrupt",
                    "default_back": True}
+
+
+# -- other SIGINT users ------------------------------------------------------------------
+
+_ASYNCIO = """
+    import asyncio, faulthandler, json, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+
+    async def job():
+        asyncio.get_running_loop().call_soon(signal.raise_signal, signal.SIGINT)  # Ctrl-C
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "cancelled cleanly"  # asyncio's Ctrl-C: the main task is cancelled
+        return "not reached"
+
+    def plain():
+        try:
+            return asyncio.run(job())
+        except KeyboardInterrupt:
+            return "KeyboardInterrupt"
+
+    @checkpointed(store=sys.argv[1], run_id="aio", every="generation")
+    def body(*, state=None):
+        yield {"i": 1}
+        got = plain()
+        yield {"i": 2}
+        return got
+
+    out = {"without_resumable": plain()}
+    try:
+        out["in_a_body"] = body()
+    except KeyboardInterrupt:
+        out["in_a_body"] = "KeyboardInterrupt"
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="review15: the handler is ours for the whole call, "
+                   "so asyncio.run in a body does not install its own (fix costs a "
+                   "sigaction per shield change, see the report)")
+def test_asyncio_run_in_a_body_gets_its_own_ctrl_c_handling(tmp_path: Path) -> None:
+    """asyncio.Runner installs its SIGINT handler (Ctrl-C cancels the main task, which
+    may clean up) only if getsignal(SIGINT) is signal.default_int_handler. During a call
+    it is resumable's, even while the body runs: asyncio.run in a body gets a bare
+    KeyboardInterrupt raised wherever its loop is, not the cancellation it gets
+    without the library."""
+    out = _child(_ASYNCIO, str(tmp_path / "store"))
+    assert out == {"without_resumable": "cancelled cleanly", "in_a_body": "cancelled cleanly"}
