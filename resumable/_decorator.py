@@ -822,7 +822,7 @@ class _Execution:
                 # shield moves it (a consumer may pass the iterator to another thread).
                 unshield = self.sigint_outer is not None and not self.own_consumer
                 if unshield and _get_ident() == self.sigint_thread:
-                    _signals.shield(bool(self.sigint_outer))
+                    _signals._shielded = bool(self.sigint_outer)  # (per yield: set directly)
                 try:
                     yield yielded
                 finally:
@@ -830,8 +830,8 @@ class _Execution:
                         # Whoever resumes or closes us (a consumer, or another run's own
                         # code closing its body, or the garbage collector anywhere) gets
                         # its shield back when we hand back or end, not the one we began in.
-                        self.sigint_outer = _signals.shielded()
-                        _signals.shield(True)
+                        self.sigint_outer = _signals._shielded
+                        _signals._shielded = True
                     self.suspended = False
         except _signals.TERMINATION:
             self.stopping = True

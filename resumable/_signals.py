@@ -584,10 +584,6 @@ def shield(on: bool) -> None:
     _shielded = on
 
 
-def shielded() -> bool:
-    return _shielded
-
-
 def sigint_held() -> bool:
     """A Ctrl-C is held (a long wait in the run's own code ends early for it)."""
     return _sigint_held
