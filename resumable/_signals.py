@@ -537,7 +537,7 @@ _sigint_lock = threading.Lock()  # _sigint_calls: a call may end in another thre
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     global _sigint_held
-    if _shielded and _sigint_calls and not _sigint_held and os.getpid() == _sigint_pid:
+    if _shielded and not _sigint_held and os.getpid() == _sigint_pid:
         _sigint_held = True
         # no logging here: the interrupted code may hold the logging lock
         with contextlib.suppress(OSError):
@@ -609,9 +609,10 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
         with _sigint_lock:
             _sigint_calls = max(0, _sigint_calls - 1)
         return
-    with _sigint_lock:
-        last = _sigint_calls <= 1
-    if last:  # (the count stays up meanwhile: a Ctrl-C before the swap is held)
+    with _sigint_lock:  # (the shield is still up: a Ctrl-C from here to the swap is held)
+        _sigint_calls = max(0, _sigint_calls - 1)
+        last = _sigint_calls == 0
+    if last:
         try:
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(signal.SIGINT) is _on_sigint:
@@ -619,14 +620,10 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
         except BaseException:
             # A Ctrl-C right after the swap (signal.signal() runs Python code after it) is
             # raised by the default handler: the shield goes down with it.
-            with _sigint_lock:
-                _sigint_calls = max(0, _sigint_calls - 1)
             _shielded, _sigint_held = outer, False
             raise
-    with _sigint_lock:
-        _sigint_calls = max(0, _sigint_calls - 1)
-    # (a Ctrl-C just before this line leaves the flag up with no call under way: the
-    # handler and the next sigint_begin ignore it then)
+    # (a Ctrl-C just before this line, the default handler back, leaves the flag up with
+    # no call under way: the next sigint_begin ignores it)
     _shielded = outer
     if outer:
         return  # inside another call's own code: that call delivers it
