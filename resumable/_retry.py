@@ -254,9 +254,12 @@ def deadline() -> float:
     return _settings.RETRY_DEADLINE.read()
 
 
-def _ctrl_c_held(retry_state: tenacity.RetryCallState) -> bool:
-    return (_signals.sigint_held()
-            and threading.current_thread() is threading.main_thread())
+class _CtrlCHeld(tenacity.stop.stop_base):
+    """Stop retrying: a Ctrl-C is held in the main thread (see _signals)."""
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return (_signals.sigint_held()
+                and threading.current_thread() is threading.main_thread())
 
 
 def _backoff(retry_state: tenacity.RetryCallState) -> float:
@@ -300,7 +303,7 @@ def retrying(
     retryer = tenacity.Retrying(
         # A Ctrl-C held in the main thread (see _signals) ends the retries there: the
         # call fails with this operation's error, and the call raises KeyboardInterrupt.
-        stop=tenacity.stop_any(tenacity.stop_before_delay(limit), _ctrl_c_held),
+        stop=tenacity.stop_any(tenacity.stop_before_delay(limit), _CtrlCHeld()),
         wait=_backoff,
         retry=tenacity.retry_if_exception(transient),
         before_sleep=before_sleep,
