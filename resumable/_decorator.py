@@ -454,8 +454,11 @@ class _Execution:
 
         # every="generation" keeps the newest state while the one before it uploads: in a
         # file rather than as a second copy in memory (the uploading save holds the first).
+        # Pending, not just busy: a save still waiting may be taken up by the upload
+        # thread between this look and make_room, which then has nothing to take back,
+        # and a copy made in memory would be a second one beside the uploading save's.
         spill = (self.spill if (known_size >= _BIG and self.copies == 2 and self.every_yield
-                                and self.uploader.busy
+                                and self.uploader.pending
                                 and not (force or self.terminate or self.synchronous))
                  else None)
         if known_size >= _POOLED:  # a save waiting holds buffers worth taking back first

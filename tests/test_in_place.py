@@ -303,6 +303,7 @@ def test_every_generation_keeps_one_copy_of_a_large_state_while_it_uploads(
     events: list[str] = []
     started = [0]  # the generation the body is computing
     moved = threading.Event()
+    began = threading.Event()  # the first checkpoint's put has begun (and is held)
     held: list[int] = []
 
     class FirstSaveHeld(DelegatingStore):
@@ -310,6 +311,7 @@ def test_every_generation_keeps_one_copy_of_a_large_state_while_it_uploads(
             first = "/ckpt-" in key and not held
             if first:
                 held.append(int(key[-12:]))
+                began.set()
                 while not (started[0] >= held[0] + 2 or _thread_waits_for_the_uploader(loop)):
                     moved.wait(0.002)  # woken by the body, or looks at the loop again
                     moved.clear()
@@ -330,6 +332,11 @@ def test_every_generation_keeps_one_copy_of_a_large_state_while_it_uploads(
                 events.append(f"generation {started[0]}")
             state = {"i": state["i"] + 1, "array": np.full(size // 8, float(state["i"] + 1))}
             yield state
+            if state["i"] == 1:
+                # The upload thread takes step 1 before the body goes on: on a loaded
+                # machine it could otherwise first take step 5 or 6, whose held put then
+                # waits for a generation k+2 that never comes.
+                assert began.wait(60), "the first save never began"
         return state["i"]
 
     tracemalloc.start()
