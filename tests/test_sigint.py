@@ -33,6 +33,7 @@ FULL = os.environ.get("RESUMABLE_CHAOS", "").lower() == "full"
 # count the lines the main thread runs, and at line N a real SIGINT is sent (its handler
 # runs a few bytecodes later, wherever that is: the library's code, the body, cleanup).
 _SCAN = textwrap.dedent("""
+    import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)  # (not SIG_IGN)
     import faulthandler, json, os, signal, sys, threading
     faulthandler.dump_traceback_later(60, exit=True)  # a hang says where, then exits
     import numpy as np
@@ -155,6 +156,7 @@ def test_ctrl_c_at_any_line_ends_the_call_cleanly(tmp_path: Path) -> None:
 
 
 _HELD = textwrap.dedent("""
+    import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)  # (not SIG_IGN)
     import json, signal, sys
     from resumable import checkpointed
     from resumable.stores import open_store

@@ -17,12 +17,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Each child starts with Python's own SIGINT handler, as in a terminal: a CI runner may
+# start the tests with SIGINT ignored (a background job), and children inherit that.
+_DEFAULT_SIGINT = "import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)\n"
 
 
 def _child(code: str, *args: str, env: dict[str, str] | None = None,
            timeout: float = 60) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(code), *args],
+        capture_output=True, text=True,
         env={**os.environ, **(env or {}),
              "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
         timeout=timeout, cwd=ROOT)

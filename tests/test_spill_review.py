@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Holds the first checkpoint's put until the body has yielded `until` more states (each
 # spilled: the upload is busy); counts this process's (or another's) files in a folder.
 _PRELUDE = textwrap.dedent("""
+    import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)  # (not SIG_IGN)
     import json, os, signal, sys, threading
     import numpy as np
     from resumable import checkpointed
