@@ -3,7 +3,7 @@
 With ``every="generation"`` the newest state must outlive an exception while the one
 before it uploads, so two copies of a large state used to live in memory at once (the
 one uploading, the newest one waiting). A pod sized for the state plus one copy was
-OOM-killed by the second. Now, when a due yield comes while a save runs, the state's
+OOM-killed by the second. Now, when a due yield comes while a save runs (or waits to), the state's
 large buffers are written to one unlinked file in ``$RESUMABLE_SPILL_DIR`` (the system's
 temporary folder unless set) instead of a second buffer: a write into the page cache,
 as fast as the memory copy it replaces (64 MiB: 12.6 ms against 10.6 ms here), and page
