@@ -578,12 +578,6 @@ def sigint_begin() -> bool | None:
     return outer
 
 
-def shield(on: bool) -> None:
-    """The main thread's run goes into (False) or comes back from (True) user code."""
-    global _shielded
-    _shielded = on
-
-
 def sigint_held() -> bool:
     """A Ctrl-C is held (a long wait in the run's own code ends early for it)."""
     return _sigint_held

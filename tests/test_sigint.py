@@ -24,6 +24,7 @@ import pytest
 from resumable._run import Run
 from resumable.stores import open_store
 from tests.test_spill import SIZE, _checkpoints
+from tests.test_spill_review import _PRELUDE
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = os.environ.get("RESUMABLE_CHAOS", "").lower() == "full"
@@ -32,27 +33,14 @@ FULL = os.environ.get("RESUMABLE_CHAOS", "").lower() == "full"
 # step 2's state goes to a spill file; at that write's start a trace function begins to
 # count the lines the main thread runs, and at line N a real SIGINT is sent (its handler
 # runs a few bytecodes later, wherever that is: the library's code, the body, cleanup).
-_SCAN = textwrap.dedent("""
-    import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)  # (not SIG_IGN)
-    import faulthandler, json, os, signal, sys, threading
+# (_PRELUDE: the held first save, `note`, `open_in`, shared with test_spill_review)
+_SCAN = _PRELUDE + textwrap.dedent("""
+    import faulthandler
     faulthandler.dump_traceback_later(60, exit=True)  # a hang says where, then exits
-    import numpy as np
     import resumable._spill as sp
-    from resumable import checkpointed
-    from resumable.stores import open_store
-    from tests.wrappers import DelegatingStore
 
     N, STORE, SPILL, SIZE = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
-    yielded, moved, first, began = [-1], threading.Condition(), [], threading.Event()
-
-    class Held(DelegatingStore):
-        def put(self, key, data):
-            if "/ckpt-" in key and not first:
-                first.append(int(key[-12:]))
-                began.set()
-                with moved:
-                    moved.wait_for(lambda: yielded[-1] >= first[0] + 1, 60)
-            super().put(key, data)
+    UNTIL = 1
 
     count = [0]
     def tracer(frame, event, arg):
@@ -70,9 +58,7 @@ _SCAN = textwrap.dedent("""
     def profile(frame, event, arg):
         if event == "call" and frame.f_code is sp._pwrite_all.__code__:
             sys.setprofile(None)
-            with moved:  # the held save may go on
-                yielded.append(2)
-                moved.notify_all()
+            note(2)  # the held save may go on
             f = frame
             while f is not None:
                 f.f_trace = tracer
@@ -89,15 +75,6 @@ _SCAN = textwrap.dedent("""
                 began.wait(60)  # the first save is held: the next yield spills
                 sys.setprofile(profile)
         return i
-
-    def open_in(folder):
-        n = 0
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                n += os.readlink(f"/proc/self/fd/{fd}").startswith(folder + "/")
-            except OSError:
-                pass
-        return n
 
     try:
         out = {"returned": body()}
