@@ -728,7 +728,7 @@ class Run:
         copied (see ``_spill``), when it is free; they are read back at the upload.
         """
         frames = dumps_views(self.serializer, state,
-                             f"the state yielded at step {step} of run {self.where()}")
+                             lambda: f"the state yielded at step {step} of run {self.where()}")
         size = sum(memoryview(f).nbytes for f in frames[1:])
         in_place = size > copy_limit
         if pool is not None and not in_place and size >= _POOLED:

@@ -758,6 +758,34 @@ def test_numpy_global_rng_of_another_kind_is_captured_and_restored(how: str) -> 
         np.random.set_state(saved)
 
 
+def test_numpy_global_state_read_from_memory_follows_a_new_bit_generator() -> None:
+    """The raw read of numpy's global RNG keeps views of its memory from one yield to the
+    next; after np.random.set_bit_generator it reads the new generator, with its own
+    position and cached gauss, and restoring gives its draws back."""
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    try:
+        np.random.seed(1)
+        for seed in (7, 8):
+            _rng.capture()  # views made for the generator in use
+            np.random.set_bit_generator(np.random.MT19937(seed))
+            np.random.random(5 + seed)
+            np.random.standard_normal()  # an odd count: a gauss stays cached
+            expected = np.random.get_state()
+            state = _rng.capture()
+            assert state["numpy"][0] == "MT19937-raw"  # the fast path is the one tested
+            first = [*np.random.random(4).tolist(), np.random.standard_normal()]
+            np.random.seed(0)
+            _rng.restore(state)
+            got = np.random.get_state()
+            assert got[1].tolist() == expected[1].tolist() and got[2:] == expected[2:], seed
+            assert [*np.random.random(4).tolist(), np.random.standard_normal()] == first
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
 def test_the_buffer_pool_keeps_only_the_sizes_of_the_latest_snapshot() -> None:
     """A state that grows by one element per generation: the pool stays bounded by the
     latest snapshot's sizes (it kept every size it had seen, 2.3 GiB for 8 MiB states)."""

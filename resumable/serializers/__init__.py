@@ -122,11 +122,13 @@ def get_serializer(spec: str | Serializer) -> Serializer:
 
 
 def dumps_views(
-    serializer: Serializer, obj: Any, what: str, root: str = "state"
+    serializer: Serializer, obj: Any, what: str | Callable[[], str], root: str = "state"
 ) -> list[Buffer]:
     """Serialize ``obj``; out-of-band buffers stay views of the live object.
 
-    Failures become SerializationError naming the offending part.
+    Failures become SerializationError naming the offending part, and ``what`` (or, if it
+    is a function, what it returns: a loop that snapshots every yield builds the words
+    only for an error).
     """
     try:
         if isinstance(serializer, PickleSerializer):
@@ -137,7 +139,11 @@ def dumps_views(
     except (SerializationError, ConfigurationError):
         raise
     except Exception as err:
-        raise SerializationError(_explain(serializer, obj, what, root, err)) from err
+        raise SerializationError(_explain(serializer, obj, _words(what), root, err)) from err
+
+
+def _words(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()
 
 
 def dumps_frames(
@@ -262,7 +268,7 @@ def _named_globals(stream: bytes) -> Iterator[tuple[str, str]]:
 
 
 def _refuse_remote_references(
-    serializer: Serializer, stream: Buffer, obj: Any, what: str, root: str
+    serializer: Serializer, stream: Buffer, obj: Any, what: str | Callable[[], str], root: str
 ) -> None:
     """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
     if not any(sys.modules.get(name) for name in _REMOTE_PACKAGES):
@@ -276,7 +282,7 @@ def _refuse_remote_references(
     where = _find_handle(obj, root, lambda child: True)
     path = where[0] if where else f"something in {root}"
     raise SerializationError(
-        f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "
+        f"cannot serialize {_words(what)} with serializer {serializer.name!r}: {path} is a "
         f"{found[0]}.{found[1]}, a handle to a result that lives on a cluster, not the "
         f"result, and a resumed run would get a handle to nothing; {_GATHER_HINT}"
     )
