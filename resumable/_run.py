@@ -89,7 +89,7 @@ class Checkpoint:
     rng: _rng.RngState | None = field(default=None, repr=False)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Snapshot:
     """A state serialized at its yield: what a save writes, and what a restart reloads.
 
@@ -193,8 +193,12 @@ class BufferPool:
         return bytearray(n)
 
     def give_back(self, frames: list[Buffer]) -> None:
-        if not self._free and not any(isinstance(f, bytearray) for f in frames):
-            return  # a small state: nothing to keep, nothing to let go of
+        if not self._free:
+            for f in frames:  # (a loop, not any(): this runs at every yield)
+                if isinstance(f, bytearray):
+                    break
+            else:
+                return  # a small state: nothing to keep, nothing to let go of
         with _pool_lock:
             # Only the sizes of the snapshot given back are kept: a state whose arrays
             # change size (a growing archive) would otherwise leave every size it ever

@@ -42,7 +42,8 @@ class Uploader:
         self._rest = 1.0 / duty - 1.0
         self._not_before = 0.0
         self._urgent = False
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._waiting: Job | None = None
         self._on_drop: Job | None = None
         self._busy = False
@@ -99,15 +100,18 @@ class Uploader:
         ``on_drop`` runs if a newer submission replaces this one before it started.
         """
         dropped = None
-        with self._cond:
+        with self._lock:  # (the condition's own lock: this runs at every yield)
             if raise_pending:
                 self._raise_pending()
             if self._waiting is not None:
+                # The thread knows of a save already: it runs, or it rests and takes the
+                # newest when it wakes. Telling it again would wake it for nothing.
                 self.skipped += 1
                 dropped = self._on_drop
+            else:
+                self._cond.notify_all()
             self._waiting, self._on_drop = job, on_drop
             self._ensure_thread()
-            self._cond.notify_all()
         if dropped is not None:
             dropped()
 

@@ -271,7 +271,11 @@ def _refuse_remote_references(
     serializer: Serializer, stream: Buffer, obj: Any, what: str | Callable[[], str], root: str
 ) -> None:
     """Raise if the pickle stream refers to a remote result (a Dask Future...)."""
-    if not any(sys.modules.get(name) for name in _REMOTE_PACKAGES):
+    modules = sys.modules
+    for name in _REMOTE_PACKAGES:  # (a loop, not any(): this runs at every yield)
+        if modules.get(name):
+            break
+    else:
         return  # no such handle can exist in a process that never imported its package
     data = stream if isinstance(stream, bytes) else bytes(stream)  # pickle gives bytes
     if not any(module in data for module in _REMOTE_MODULES):
