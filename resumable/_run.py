@@ -733,6 +733,9 @@ class Run:
         """
         frames = dumps_views(self.serializer, state,
                              lambda: f"the state yielded at step {step} of run {self.where()}")
+        if len(frames) == 1:  # no out-of-band buffers (a small or object-only state)
+            return Snapshot(step=step, frames=[b"", frames[0]], rng=rng, created=time.time(),
+                            pool=pool)
         size = sum(memoryview(f).nbytes for f in frames[1:])
         in_place = size > copy_limit
         if pool is not None and not in_place and size >= _POOLED:

@@ -58,7 +58,7 @@ class PickleSerializer:
         """
         buffers: list[pickle.PickleBuffer] = []
         main = self._pickler()(obj, protocol=5, buffer_callback=buffers.append)
-        return [main, *(b.raw() for b in buffers)]
+        return [main, *(b.raw() for b in buffers)] if buffers else [main]
 
     def dumps_frames(self, obj: Any, alloc: Alloc | None = None) -> list[Buffer]:
         # The copy is the snapshot: after it the body may change the arrays in place.
