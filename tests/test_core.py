@@ -786,6 +786,38 @@ def test_numpy_global_state_read_from_memory_follows_a_new_bit_generator() -> No
         np.random.set_state(saved)
 
 
+def test_random_state_read_from_memory_follows_a_new_global_instance() -> None:
+    """The raw read of ``random``'s state keeps a view of the instance's memory from one
+    yield to the next; with the module's functions bound to another random.Random (a
+    program that swaps in its own instance), it reads that one, and restoring gives its
+    draws back."""
+    from resumable import _rng
+
+    names = ("getstate", "setstate", "random", "gauss", "seed")
+    original = {name: getattr(random, name) for name in names}
+    saved = random.getstate()
+    try:
+        for seed in (21, 22):
+            _rng.capture()  # a view made for the instance in use
+            inst = random.Random(seed)
+            for name in names:
+                setattr(random, name, getattr(inst, name))
+            random.random()
+            random.gauss(0.0, 1.0)
+            expected = inst.getstate()
+            state = _rng.capture()
+            assert state["random"][0] == "MT19937-raw"  # the fast path is the one tested
+            first = [random.random() for _ in range(4)] + [random.gauss(0.0, 1.0)]
+            random.seed(0)
+            _rng.restore(state)
+            assert inst.getstate() == expected, seed
+            assert [random.random() for _ in range(4)] + [random.gauss(0.0, 1.0)] == first
+    finally:
+        for name, function in original.items():
+            setattr(random, name, function)
+        random.setstate(saved)
+
+
 def test_the_buffer_pool_keeps_only_the_sizes_of_the_latest_snapshot() -> None:
     """A state that grows by one element per generation: the pool stays bounded by the
     latest snapshot's sizes (it kept every size it had seen, 2.3 GiB for 8 MiB states)."""
