@@ -10,7 +10,8 @@ call returned (population, fitness, histories...). With ``--block-at N`` the obj
 (DEAP's evaluate, PyGAD's fitness function, pymoo's callback, cma's and nevergrad's
 objective) prints ``BLOCKED`` at its N-th call and waits there for a signal: a SIGTERM
 lets it go on (the library saves at the next generation boundary and exits 143); a
-SIGKILL ends it. ``--reference`` runs the library's own call instead (no resumable).
+SIGKILL ends it; a SIGUSR1 lets it go on as if it had not blocked. ``--reference`` runs
+the library's own call instead (no resumable).
 The same functions serve the in-process tests through ``reference()`` and ``resumable()``.
 """
 
@@ -161,10 +162,23 @@ def _deap(algorithm: str, options: dict[str, Any] | None) -> str:
         if options is not None:
             options = {"run_id": "deap-pool", **options}
         try:
-            return _deap_with(tb, "simple", options)
-        finally:
+            result = _deap_with(tb, "simple", options)
+        except BaseException:
+            # Stopped (resumable's exit 143 after a SIGTERM, say): abort the pool. This may
+            # hang (a worker the group's SIGTERM killed holding the pool's queue lock; one
+            # that main()'s on_term, inherited at the fork, keeps alive): resumable's exit
+            # guard must still end the process.
             pool.terminate()
             pool.join()
+            raise
+        # Done: close() and join(), not terminate(). terminate() takes the task queue's
+        # lock for good (Pool._help_stuff_finish) and relies on SIGTERM to end the
+        # workers still waiting for it; ours run main()'s on_term, which returns, so
+        # one that lost that lock race waited for ever and so did join() (CPython's,
+        # with or without resumable). close() sends each worker its end-of-work sentinel.
+        pool.close()
+        pool.join()
+        return result
     return _deap_with(tb, algorithm, options)
 
 
@@ -347,6 +361,7 @@ def main() -> int:
 
     # Chained by resumable (or replaced by its own handler, which raises in the body).
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, on_term)  # the blocker goes on; resumable is not told
     BLOCK.at = args.block_at
     result = run(args.lib, None if args.reference else {"store": args.store})
     print(f"RESULT {result}", flush=True)
