@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -876,3 +877,44 @@ def test_random_state_records_of_the_older_form_still_restore() -> None:
         assert random.random() == first
     finally:
         random.setstate(saved)
+
+
+def test_the_upload_thread_takes_every_newest_save_whether_it_idles_runs_or_rests() -> None:
+    """The upload thread is told of a save only when it knows of none (067b4f1): a save
+    handed over while it idles, while it runs another, and while it rests after one
+    (the duty's pause) is each taken; one replaced before it started is dropped."""
+    from resumable._uploader import Uploader
+
+    up = Uploader("test-upload", duty=0.5)  # rests as long as each save took
+    ran: list[str] = []
+    dropped: list[str] = []
+    started, go, done = threading.Event(), threading.Event(), threading.Event()
+
+    def job(name: str, block: bool = False) -> Callable[[], None]:
+        def run() -> None:
+            ran.append(name)
+            if block:
+                started.set()
+                assert go.wait(30)
+            done.set()
+        return run
+
+    try:
+        up.submit(job("idle"))  # the thread idles (it has not started yet: it starts)
+        assert done.wait(30), ran
+        done.clear()
+        up.submit(job("runs", block=True))  # idle again, in a wait without a timeout
+        assert started.wait(30), ran
+        up.submit(job("replaced"), on_drop=lambda: dropped.append("replaced"))
+        up.submit(job("newest"))  # replaces the one waiting: no wake-up needed, none sent
+        go.set()
+        up.wait_idle()
+        assert ran == ["idle", "runs", "newest"] and dropped == ["replaced"], (ran, dropped)
+        done.clear()
+        up.submit(job("after a rest"))  # just after a save: the thread rests, then takes it
+        assert done.wait(30), ran
+        up.flush()
+    finally:
+        go.set()
+        up.close()
+    assert ran[-1] == "after a rest", ran
