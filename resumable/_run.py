@@ -68,6 +68,8 @@ def ckpt_name(epoch: int, step: int) -> str:
 
 
 def parse_ckpt_name(name: str) -> tuple[int, int] | None:
+    if not name.startswith(CKPT):  # (most names of a listing are not checkpoints)
+        return None
     try:
         tag, epoch, step = name.split("-")
         if tag + "-" != CKPT or len(epoch) != 8 or len(step) != 12:

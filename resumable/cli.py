@@ -355,8 +355,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise CliError(f"no runs in {store.url}, but folders of runs below it: did you mean "
                        f"{shown}{more}? e.g. `{PROG} ls {_below(store.url, folders[0])}`",
                        EXIT_CONFIG)
-    newest = {run_id: max((n for n in names if parse_ckpt_name(n) is not None), default=None)
-              for run_id, names in runs.items()}
+    ckpts = {run_id: [n for n in names if parse_ckpt_name(n) is not None]
+             for run_id, names in runs.items()}
+    newest = {run_id: max(names, default=None) for run_id, names in ckpts.items()}
     read_headers = args.check or listed is None
     headers: dict[str, ObjectInfo] = {}
     if read_headers:
@@ -377,7 +378,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         ckpt = newest[run_id]
         row: dict[str, Any] = {
             "run_id": run_id,
-            "checkpoints": sum(1 for n in names if parse_ckpt_name(n) is not None),
+            "checkpoints": len(ckpts[run_id]),
             # From the name, so a damaged newest checkpoint still shows where the run got.
             "newest_step": _name_step(ckpt) if ckpt else None,
             # Attempt records by name, unread: a GET per record would cost ls its speed.

@@ -209,49 +209,140 @@ _EMPTY_LISTING = (b'<?xml version="1.0" encoding="UTF-8"?>'
 
 def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict[str, Any],
                    **_: Any) -> None:
-    """Parse a ListObjectsV2 page with ElementTree instead of botocore's generic parser.
+    """Parse a ListObjectsV2 page ourselves instead of with botocore's generic parser.
 
     botocore walks its shape model for every element: about 25 ms per 1,000 objects here,
-    most of `resumable ls` on a store of 1,000 runs; ElementTree takes about 2 ms. The
-    fields the store reads (Key, Size, LastModified, IsTruncated, NextContinuationToken)
-    go into ``customized_response_dict``, which botocore merges into its result, and the
-    body it then parses is an empty listing. Keys are URL-decoded only when the server
-    says it encoded them (the store asks with EncodingType=url itself, so botocore does
-    not decode them). A 200 this cannot read as a listing (empty, cut short, an HTML page
-    from a gateway, an <Error>, an entry without a key) becomes a 500, retried: botocore
-    would have made an empty listing of most of them, and keys it left encoded.
+    most of `resumable ls` on a store of 1,000 runs. A page in the shape S3 servers send
+    it is read with ``bytes.find`` (``_read_plain_listing``); any other page with
+    ElementTree. The fields the store reads (Key, Size, LastModified, IsTruncated,
+    NextContinuationToken) go into ``customized_response_dict``, which botocore merges
+    into its result, and the body it then parses is an empty listing. Keys are
+    URL-decoded only when the server says it encoded them (the store asks with
+    EncodingType=url itself, so botocore does not decode them). A 200 this cannot read as
+    a listing (empty, cut short, an HTML page from a gateway, an <Error>, an entry
+    without a key) becomes a 500, retried: botocore would have made an empty listing of
+    most of them, and keys it left encoded.
     """
     if response_dict.get("status_code") != 200:
         return
-    try:
-        root = ElementTree.fromstring(response_dict["body"])
-        if not root.tag.endswith("ListBucketResult"):
-            raise ValueError(root.tag)
-        ns = root.tag[: -len("ListBucketResult")]
-        encoded = root.findtext(f"{ns}EncodingType") == "url"
-        contents: list[dict[str, Any]] = []
-        for item in root.iterfind(f"{ns}Contents"):
-            key, size = item.findtext(f"{ns}Key"), item.findtext(f"{ns}Size")
-            modified = item.findtext(f"{ns}LastModified")
-            if key is None:
-                raise ValueError("an entry without a Key")
-            entry: dict[str, Any] = {"Key": unquote_plus(key) if encoded else key}
-            if size is not None:
-                entry["Size"] = int(size)
-            if modified:
-                entry["LastModified"] = _parse_timestamp(modified)
-            contents.append(entry)
-        parsed: dict[str, Any] = {"IsTruncated": root.findtext(f"{ns}IsTruncated") == "true"}
-        if contents:
-            parsed["Contents"] = contents
-        token = root.findtext(f"{ns}NextContinuationToken")
-        if token is not None:
-            parsed["NextContinuationToken"] = token
-    except (ElementTree.ParseError, ValueError, TypeError, KeyError):
-        response_dict["status_code"] = 500
-        return
+    body = response_dict["body"]
+    parsed = _read_plain_listing(body) if isinstance(body, bytes) else None
+    if parsed is None:
+        try:
+            parsed = _read_listing_tree(body)
+        except (ElementTree.ParseError, ValueError, TypeError, KeyError):
+            response_dict["status_code"] = 500
+            return
     customized_response_dict.update(parsed)
     response_dict["body"] = _EMPTY_LISTING
+
+
+def _read_listing_tree(body: bytes) -> dict[str, Any]:
+    """Any well-formed page, with ElementTree; raises on what is not a listing."""
+    root = ElementTree.fromstring(body)
+    if not root.tag.endswith("ListBucketResult"):
+        raise ValueError(root.tag)
+    ns = root.tag[: -len("ListBucketResult")]
+    encoded = root.findtext(f"{ns}EncodingType") == "url"
+    contents: list[dict[str, Any]] = []
+    for item in root.iterfind(f"{ns}Contents"):
+        key, size = item.findtext(f"{ns}Key"), item.findtext(f"{ns}Size")
+        modified = item.findtext(f"{ns}LastModified")
+        if key is None:
+            raise ValueError("an entry without a Key")
+        entry: dict[str, Any] = {"Key": unquote_plus(key) if encoded else key}
+        if size is not None:
+            entry["Size"] = int(size)
+        if modified:
+            entry["LastModified"] = _parse_timestamp(modified)
+        contents.append(entry)
+    parsed: dict[str, Any] = {"IsTruncated": root.findtext(f"{ns}IsTruncated") == "true"}
+    if contents:
+        parsed["Contents"] = contents
+    token = root.findtext(f"{ns}NextContinuationToken")
+    if token is not None:
+        parsed["NextContinuationToken"] = token
+    return parsed
+
+
+# the XML declarations of a UTF-8 page (lower case, double quotes), or none
+_PLAIN_DECLARATIONS = (b'<?xml version="1.0" encoding="utf-8"?>', b'<?xml version="1.0"?>')
+_PLAIN_ROOTS = {b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">': 1,
+                b"<ListBucketResult>": 0}  # -> how many xmlns the page may hold
+
+
+def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
+    """A page as AWS, rclone, moto and MinIO send it, read with ``bytes.find``; None for
+    any page not exactly of that shape, which ElementTree then reads.
+
+    Faster than ElementTree by more than its parse: a tree of ~8,000 elements per page
+    sets off the garbage collector's full passes over the whole process (90 of the
+    150 ms that 5 pages of 1,000 took in `ls` here). The shape: the XML declaration or
+    none, the S3 namespace as the only (default) one, no comments, CDATA or DOCTYPE,
+    URL-encoded keys (``EncodingType=url``, which the store asks for: no entities or
+    carriage returns in them), each entry a ``<Contents>`` with one Key, one Size and
+    one LastModified, and the page-level fields once each, with no entity in the token.
+    """
+    try:
+        # (the declaration, if any, must be the very first bytes; whitespace may follow)
+        head = body[: body.find(b"?>") + 2] if body.startswith(b"<?xml") else b""
+        if head and head.lower().replace(b"'", b'"') not in _PLAIN_DECLARATIONS:
+            return None
+        start = body[len(head):].lstrip()
+        root = next((r for r in _PLAIN_ROOTS if start.startswith(r)), None)
+        if (root is None or b"<!" in body or body.count(b"xmlns") != _PLAIN_ROOTS[root]
+                or body.count(b"<ListBucketResult") != 1
+                or not body.rstrip().endswith(b"</ListBucketResult>")):
+            return None
+        fields: dict[bytes, bytes] = {}
+        for tag in (b"EncodingType", b"IsTruncated", b"NextContinuationToken"):
+            opening = b"<" + tag + b">"
+            found = body.count(opening)
+            if found > 1 or body.count(b"<" + tag) != found:
+                return None
+            if found:
+                i = body.find(opening) + len(opening)
+                value = body[i:body.index(b"</" + tag + b">", i)]
+                if b"<" in value or b"&" in value or b"\r" in value:
+                    return None
+                fields[tag] = value
+        if fields.get(b"EncodingType") != b"url":
+            return None
+        n = body.count(b"<Contents>")
+        if body.count(b"<Contents") != n or body.count(b"</Contents>") != n:
+            return None
+        contents: list[dict[str, Any]] = []
+        find = body.find
+        at = 0
+        for _ in range(n):
+            i = find(b"<Contents>", at) + 10
+            end = find(b"</Contents>", i)
+            k = find(b"<Key>", i, end) + 5
+            k_end = find(b"</Key>", k, end)
+            s = find(b"<Size>", i, end) + 6
+            s_end = find(b"</Size>", s, end)
+            m = find(b"<LastModified>", i, end) + 14
+            m_end = find(b"</LastModified>", m, end)
+            if (end < 0 or k_end < 0 or s_end < 0 or m_end < 0 or k < 5 or s < 6 or m < 14
+                    or find(b"<Key", k_end, end) >= 0 or find(b"<Size", s_end, end) >= 0
+                    or find(b"<LastModified", m_end, end) >= 0):
+                return None
+            raw = body[k:k_end]
+            if b"<" in raw or b"&" in raw or b"\r" in raw:  # (XML reads "\r" as "\n")
+                return None
+            key = raw.decode()
+            contents.append({"Key": unquote_plus(key) if b"%" in raw or b"+" in raw else key,
+                             "Size": int(body[s:s_end]),
+                             "LastModified": _parse_timestamp(body[m:m_end].decode())})
+            at = end + 11
+    except (ValueError, UnicodeDecodeError):
+        return None
+    parsed: dict[str, Any] = {"IsTruncated": fields.get(b"IsTruncated") == b"true"}
+    if contents:
+        parsed["Contents"] = contents
+    if b"NextContinuationToken" in fields:
+        parsed["NextContinuationToken"] = fields[b"NextContinuationToken"].decode()
+    return parsed
 
 
 def _no_second_parse_of_listings(client: Any) -> None:
