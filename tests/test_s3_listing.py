@@ -101,6 +101,15 @@ _PLAIN = _page([("r/a", 1, _T), ("r/b c", 2, _T)], truncated=True, token="t1")
     pytest.param(_PLAIN.replace(b"<Owner>", b'<Owner xmlns:x="urn:x">'), id="second-namespace"),
     pytest.param(_PLAIN.replace(b"<Size>2</Size>", b"<Size>2</Size><x><Size>9</Size></x>"),
                  id="a-field-twice-in-an-entry"),
+    # (the hostile review's: a field deeper down, or an empty one before the real one)
+    pytest.param(_PLAIN.replace(b"<LastModified>" + _T.encode() + b"</LastModified>", b"", 1)
+                 .replace(b"<DisplayName>me</DisplayName>", b"<DisplayName>me<LastModified>"
+                          + _T.encode() + b"</LastModified></DisplayName>", 1),
+                 id="a-field-only-inside-another-element"),
+    pytest.param(_PLAIN.replace(b"<Key>r/a</Key>", b"<Key/><Key>r/a</Key>"), id="empty-key-first"),
+    pytest.param(_PLAIN.replace(b"<IsTruncated>true</IsTruncated>", b"")
+                 .replace(b"<ID>", b"<ID><IsTruncated>true</IsTruncated>", 1),
+                 id="a-page-field-inside-an-entry"),
 ])
 def test_pages_of_another_shape_are_left_to_the_tree(body: bytes) -> None:
     """Comments, CDATA, entities in the fields read, namespace prefixes, attributes:
@@ -121,6 +130,19 @@ def test_pages_of_another_shape_are_left_to_the_tree(body: bytes) -> None:
     pytest.param(_PLAIN + b"<x/>", id="junk-after-the-root"),
     pytest.param(_PLAIN.replace(b"<Key>r/a</Key>", b""), id="an-entry-without-a-key"),
     pytest.param(_PLAIN.replace(b"<Size>1</Size>", b"<Size>one</Size>"), id="size-not-a-number"),
+    # (the hostile review's: a key only in a processing instruction or another element's
+    # text, and times that botocore's parser fails on with RuntimeError and
+    # decimal.InvalidOperation, which escaped the hook before)
+    pytest.param(_PLAIN.replace(b"<Key>r/a</Key>", b"").replace(
+        b"<StorageClass>STANDARD", b"<StorageClass>STAN<?pi <Key>g</Key>?>DARD", 1),
+        id="a-key-in-a-processing-instruction"),
+    pytest.param(_PLAIN.replace(b"<Key>r/a</Key>", b"").replace(
+        b"<StorageClass>STANDARD", b"<StorageClass>ST <Key>r/g</Key> ANDARD", 1),
+        id="a-key-only-inside-another-element"),
+    pytest.param(_PLAIN.replace(_T.encode(), b"2026-01-01T00:09999999999999999999990:00.000Z", 1),
+                 id="a-time-with-a-huge-number"),
+    pytest.param(_PLAIN.replace(_T.encode(), b"2026-01-01T00:9999999999999999999999999900:00.0Z",
+                                1), id="a-time-with-another-huge-number"),
 ])
 def test_pages_that_are_not_listings_are_refused(body: bytes) -> None:
     """What neither reader can take as a listing becomes a 500 (retried, then a
