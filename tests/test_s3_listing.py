@@ -110,6 +110,10 @@ _PLAIN = _page([("r/a", 1, _T), ("r/b c", 2, _T)], truncated=True, token="t1")
     pytest.param(_PLAIN.replace(b"<IsTruncated>true</IsTruncated>", b"")
                  .replace(b"<ID>", b"<ID><IsTruncated>true</IsTruncated>", 1),
                  id="a-page-field-inside-an-entry"),
+    pytest.param(_PLAIN.replace(b"<Name>b</Name>", b"<x><Contents><Key>ghost</Key><Size>1</Size>"
+                                b"<LastModified>" + _T.encode()
+                                + b"</LastModified></Contents></x>"),
+                 id="an-entry-inside-another-element"),
 ])
 def test_pages_of_another_shape_are_left_to_the_tree(body: bytes) -> None:
     """Comments, CDATA, entities in the fields read, namespace prefixes, attributes:
@@ -143,6 +147,20 @@ def test_pages_of_another_shape_are_left_to_the_tree(body: bytes) -> None:
                  id="a-time-with-a-huge-number"),
     pytest.param(_PLAIN.replace(_T.encode(), b"2026-01-01T00:9999999999999999999999999900:00.0Z",
                                 1), id="a-time-with-another-huge-number"),
+    # (its second round: a page that is not well-formed where the plain reader does not
+    # look, and entries that are not the root's own children)
+    pytest.param(_PLAIN.replace(b"</Owner>", b"", 1), id="a-tag-left-open"),
+    pytest.param(_PLAIN.replace(b"</ListBucketResult>", b"</ListBucketResult><Contents><Key>after"
+                                b"</Key><Size>1</Size><LastModified>" + _T.encode()
+                                + b"</LastModified></Contents></ListBucketResult>"),
+                 id="an-entry-after-the-root"),
+    pytest.param(_PLAIN.replace(b"&quot;0cc", b"&foo;0cc", 1), id="an-undefined-entity"),
+    pytest.param(_PLAIN.replace(b"<Name>b</Name>", b"<x:Name>b</x:Name>"), id="unbound-prefix"),
+    pytest.param(_PLAIN.replace(b'version="1.0" encoding', b'VERSION="1.0" ENCODING'),
+                 id="declaration-in-capitals"),
+    pytest.param(_PLAIN.replace(b"<Contents>", b"<Contents><Contents>", 1)
+                 .replace(b"</Contents>", b"</Contents></Contents>", 1),
+                 id="an-entry-inside-an-entry"),
 ])
 def test_pages_that_are_not_listings_are_refused(body: bytes) -> None:
     """What neither reader can take as a listing becomes a 500 (retried, then a

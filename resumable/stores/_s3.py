@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus, urlsplit
 from xml.etree import ElementTree
+from xml.parsers import expat
 
 from .. import _crc
 from .._aligned import aligned_buffer
@@ -283,9 +284,8 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
     asks for: no entities or carriage returns in them), each entry a ``<Contents>``
     with one Key, one Size and one LastModified as its own children (not inside another
     element), and the page fields once each, children of the root, with no entity in
-    them. What it reads is checked; the elements it does not read (ETag, Owner,
-    StorageClass) are not parsed, so damage there, which changes nothing listed, is not
-    refused as ElementTree would.
+    them. The page must be well-formed: expat (ElementTree's own parser) checks it,
+    with no handlers, so it builds nothing.
     """
     try:
         # (the declaration, if any, must be the very first bytes; whitespace may follow)
@@ -299,6 +299,9 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
                 or body.count(b"<ListBucketResult") != 1
                 or not body.rstrip().endswith(b"</ListBucketResult>")):
             return None
+        # Well-formed, as ElementTree would find it (the same expat, namespaces checked),
+        # but with no handler: nothing is built, so no Python object per element.
+        expat.ParserCreate(namespace_separator="}").Parse(body, True)
         inside = len(body) - len(start) + len(root)  # where the root's content begins
         fields: dict[bytes, bytes] = {}
         for tag in (b"EncodingType", b"IsTruncated", b"NextContinuationToken"):
@@ -317,11 +320,13 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
             return None
         contents: list[dict[str, Any]] = []
         find = body.find
-        at = 0
+        at = inside
         for _ in range(n):
             i = find(b"<Contents>", at) + 10
             end = find(b"</Contents>", i)
-            if end < 0:
+            # a child of the root (what comes before it is closed again), holding no
+            # <Contents> of its own (what it holds is closed again)
+            if end < 0 or not _closed(body, at, i - 10) or not _closed(body, i, end):
                 return None
             raw = _child_text(body, b"Key", i, end)
             size = _child_text(body, b"Size", i, end)
@@ -333,6 +338,8 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
                              "Size": int(size),
                              "LastModified": _parse_timestamp(modified.decode())})
             at = end + 11
+        if not _closed(body, at, body.rindex(b"</ListBucketResult>")):
+            return None
         parsed: dict[str, Any] = {"IsTruncated": fields.get(b"IsTruncated") == b"true"}
         if contents:
             parsed["Contents"] = contents
@@ -358,12 +365,18 @@ def _child_text(body: bytes, tag: bytes, start: int, end: int) -> bytes | None:
     value = body[text:close]
     if b"<" in value or b"\r" in value:  # (an element inside; XML reads "\r" as "\n")
         return None
-    if body.find(b"<", start, at) >= 0:  # elements before it: all closed again?
-        closes = body.count(b"</", start, at)
-        opens = body.count(b"<", start, at) - closes
-        if opens != closes + body.count(b"/>", start, at):
-            return None
-    return value
+    return value if _closed(body, start, at) else None
+
+
+def _closed(body: bytes, start: int, end: int) -> bool:
+    """Whether every element that starts in ``body[start:end]`` also ends there (and no
+    other ends), by counting tags: exact on a well-formed page, where a region that
+    starts and ends at the same depth cannot dip below it in between."""
+    if body.find(b"<", start, end) < 0:
+        return True
+    closes = body.count(b"</", start, end)
+    opens = body.count(b"<", start, end) - closes
+    return opens == closes + body.count(b"/>", start, end)
 
 
 def _no_second_parse_of_listings(client: Any) -> None:
