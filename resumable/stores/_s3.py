@@ -268,6 +268,8 @@ def _read_listing_tree(body: bytes) -> dict[str, Any]:
 
 # the XML declarations of a UTF-8 page (lower case, double quotes), or none
 _PLAIN_DECLARATIONS = (b'<?xml version="1.0" encoding="utf-8"?>', b'<?xml version="1.0"?>')
+_ENTRY_FIELDS = tuple((b"<" + t + b">", b"<" + t, b"</" + t + b">")
+                      for t in (b"Key", b"Size", b"LastModified"))
 _PLAIN_ROOTS = {b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">': 1,
                 b"<ListBucketResult>": 0}  # -> how many xmlns the page may hold
 
@@ -321,17 +323,31 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         contents: list[dict[str, Any]] = []
         find = body.find
         at = inside
+        count = body.count
         for _ in range(n):
-            i = find(b"<Contents>", at) + 10
-            end = find(b"</Contents>", i)
+            o = find(b"<Contents>", at)
+            i, end = o + 10, find(b"</Contents>", o)
             # a child of the root (what comes before it is closed again), holding no
-            # <Contents> of its own (what it holds is closed again)
-            if end < 0 or not _closed(body, at, i - 10) or not _closed(body, i, end):
+            # <Contents> of its own
+            if (end < 0 or find(b"<Contents", i, end) >= 0
+                    or (find(b"<", at, o) >= 0 and not _closed(body, at, o))):
                 return None
-            raw = _child_text(body, b"Key", i, end)
-            size = _child_text(body, b"Size", i, end)
-            modified = _child_text(body, b"LastModified", i, end)
-            if raw is None or size is None or modified is None or b"&" in raw:
+            values = []
+            for opening, name, closing in _ENTRY_FIELDS:  # (inline: this runs per entry)
+                p = find(opening, i, end)
+                if p < 0 or find(name, i, p) >= 0:  # (none, or a <Key/> before it)
+                    return None
+                text = p + len(opening)
+                q = find(closing, text, end)
+                if q < 0 or find(name, q, end) >= 0 or find(b"<", text, q) >= 0:
+                    return None  # (not closed, twice, or holding an element)
+                if find(b"<", i, p) >= 0:  # a child of the entry: all before it closed?
+                    closes = count(b"</", i, p)
+                    if count(b"<", i, p) - closes != closes + count(b"/>", i, p):
+                        return None
+                values.append(body[text:q])
+            raw, size, modified = values
+            if b"&" in raw or b"\r" in raw:  # (XML reads "\r" as "\n")
                 return None
             key = raw.decode()
             contents.append({"Key": unquote_plus(key) if b"%" in raw or b"+" in raw else key,
