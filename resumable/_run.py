@@ -71,8 +71,8 @@ def parse_ckpt_name(name: str) -> tuple[int, int] | None:
     if not name.startswith(CKPT):  # (most names of a listing are not checkpoints)
         return None
     try:
-        tag, epoch, step = name.split("-")
-        if tag + "-" != CKPT or len(epoch) != 8 or len(step) != 12:
+        _, epoch, step = name.split("-")
+        if len(epoch) != 8 or len(step) != 12:
             return None
         return int(epoch), int(step)
     except ValueError:

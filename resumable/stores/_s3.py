@@ -268,8 +268,10 @@ def _read_listing_tree(body: bytes) -> dict[str, Any]:
 
 # the XML declarations of a UTF-8 page (lower case, double quotes), or none
 _PLAIN_DECLARATIONS = (b'<?xml version="1.0" encoding="utf-8"?>', b'<?xml version="1.0"?>')
-_ENTRY_FIELDS = tuple((b"<" + t + b">", b"<" + t, b"</" + t + b">")
-                      for t in (b"Key", b"Size", b"LastModified"))
+_ENTRY_FIELDS, _PAGE_FIELDS = (
+    tuple((b"<" + t + b">", b"<" + t, b"</" + t + b">") for t in tags)
+    for tags in ((b"Key", b"Size", b"LastModified"),
+                 (b"EncodingType", b"IsTruncated", b"NextContinuationToken")))
 _PLAIN_ROOTS = {b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">': 1,
                 b"<ListBucketResult>": 0}  # -> how many xmlns the page may hold
 
@@ -306,15 +308,15 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         expat.ParserCreate(namespace_separator="}").Parse(body, True)
         inside = len(body) - len(start) + len(root)  # where the root's content begins
         fields: dict[bytes, bytes] = {}
-        for tag in (b"EncodingType", b"IsTruncated", b"NextContinuationToken"):
-            found = body.count(b"<" + tag)
+        for spec in _PAGE_FIELDS:
+            found = body.count(spec[1])
             if found > 1:
                 return None
             if found:
-                value = _child_text(body, tag, inside, len(body))
-                if value is None or b"&" in value:
+                value = _children_text(body, (spec,), inside, len(body))
+                if value is None or b"&" in value[0]:
                     return None
-                fields[tag] = value
+                fields[spec[1][1:]] = value[0]
         if fields.get(b"EncodingType") != b"url":
             return None
         n = body.count(b"<Contents>")
@@ -323,7 +325,6 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         contents: list[dict[str, Any]] = []
         find = body.find
         at = inside
-        count = body.count
         for _ in range(n):
             o = find(b"<Contents>", at)
             i, end = o + 10, find(b"</Contents>", o)
@@ -332,22 +333,11 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
             if (end < 0 or find(b"<Contents", i, end) >= 0
                     or (find(b"<", at, o) >= 0 and not _closed(body, at, o))):
                 return None
-            values = []
-            for opening, name, closing in _ENTRY_FIELDS:  # (inline: this runs per entry)
-                p = find(opening, i, end)
-                if p < 0 or find(name, i, p) >= 0:  # (none, or a <Key/> before it)
-                    return None
-                text = p + len(opening)
-                q = find(closing, text, end)
-                if q < 0 or find(name, q, end) >= 0 or find(b"<", text, q) >= 0:
-                    return None  # (not closed, twice, or holding an element)
-                if find(b"<", i, p) >= 0:  # a child of the entry: all before it closed?
-                    closes = count(b"</", i, p)
-                    if count(b"<", i, p) - closes != closes + count(b"/>", i, p):
-                        return None
-                values.append(body[text:q])
+            values = _children_text(body, _ENTRY_FIELDS, i, end)
+            if values is None:
+                return None
             raw, size, modified = values
-            if b"&" in raw or b"\r" in raw:  # (XML reads "\r" as "\n")
+            if b"&" in raw:
                 return None
             key = raw.decode()
             contents.append({"Key": unquote_plus(key) if b"%" in raw or b"+" in raw else key,
@@ -366,22 +356,32 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         return None
 
 
-def _child_text(body: bytes, tag: bytes, start: int, end: int) -> bytes | None:
-    """The text of the one ``<tag>`` element in ``body[start:end]`` that is a child of
-    the element whose content that is (not inside another element): None if there is
-    none, more than one, one with attributes or children, or one deeper down."""
-    opening = b"<" + tag + b">"
-    at = body.find(b"<" + tag, start, end)
-    if at < 0 or body.find(opening, at, at + len(opening)) != at:
-        return None
-    text = at + len(opening)
-    close = body.find(b"</" + tag + b">", text, end)
-    if close < 0 or body.find(b"<" + tag, close, end) >= 0:
-        return None
-    value = body[text:close]
-    if b"<" in value or b"\r" in value:  # (an element inside; XML reads "\r" as "\n")
-        return None
-    return value if _closed(body, start, at) else None
+def _children_text(body: bytes, fields: tuple[tuple[bytes, bytes, bytes], ...], start: int,
+                   end: int) -> list[bytes] | None:
+    """The text of each of ``fields`` ((``<tag>``, ``<tag``, ``</tag>``)) in
+    ``body[start:end]``, each the one element of its name there and a child of the
+    element whose content that is (not inside another element): None if one is missing,
+    there twice, with attributes or children, or deeper down. (One call per entry: this
+    runs a thousand times per page.)"""
+    find, count = body.find, body.count
+    values = []
+    for opening, name, closing in fields:
+        p = find(opening, start, end)
+        if p < 0 or find(name, start, p) >= 0:  # (none, or a <Key/> before it)
+            return None
+        text = p + len(opening)
+        q = find(closing, text, end)
+        if q < 0 or find(name, q, end) >= 0 or find(b"<", text, q) >= 0:
+            return None  # (not closed, twice, or holding an element)
+        if find(b"<", start, p) >= 0:  # all before it closed again? (_closed, inline)
+            closes = count(b"</", start, p)
+            if count(b"<", start, p) - closes != closes + count(b"/>", start, p):
+                return None
+        value = body[text:q]
+        if b"\r" in value:  # (XML reads "\r" as "\n")
+            return None
+        values.append(value)
+    return values
 
 
 def _closed(body: bytes, start: int, end: int) -> bool:
