@@ -81,8 +81,6 @@ def test_ask_tell_twice_on_one_pymoo_algorithm_continues(tmp_path: Path) -> None
     assert np.array_equal(algo.pop.get("X"), expected.pop.get("X"))
 
 
-@pytest.mark.xfail(strict=True, reason="open: numpy global RNG state in the DEAP run id "
-                   "breaks resume when numpy is never seeded")
 def test_deap_run_id_follows_numpy_global_seed(tmp_path: Path) -> None:
     """A fitness that draws from numpy's global RNG: np.random.seed(1) and (2) are two runs."""
     from deap import algorithms

@@ -64,6 +64,68 @@ def test_deap_run_id_follows_seed_and_operator_parameters(tmp_path: Path) -> Non
     assert len(_runs(tmp_path)) == 3
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2**31, 2**32 - 1, np.uint32(7)])
+def test_numpy_seed_is_read_back_from_the_state_np_random_seed_leaves(seed: Any) -> None:
+    from resumable.integrations._identity import numpy_seed
+
+    np.random.seed(seed)
+    assert numpy_seed() == int(seed)
+    np.random.set_state(np.random.get_state())  # the same state, however it was set
+    assert numpy_seed() == int(seed)
+
+
+@pytest.mark.parametrize("how", ["from the OS", "from a sequence", "a number drawn since",
+                                 "a normal drawn since", "its key altered"])
+def test_numpy_seed_is_none_for_any_other_state(how: str) -> None:
+    from resumable.integrations._identity import numpy_seed
+
+    np.random.seed(None if how == "from the OS" else [5, 6] if how == "from a sequence" else 5)
+    if how == "a number drawn since":
+        np.random.randint(10)
+    elif how == "a normal drawn since":
+        np.random.normal()  # (the state keeps a second normal: has_gauss)
+    elif how == "its key altered":
+        name, key, pos, gauss, cached = np.random.get_state()
+        key = key.copy()
+        key[623] ^= 1
+        np.random.set_state((name, key, pos, gauss, cached))
+    assert numpy_seed() is None
+
+
+def test_numpy_seed_does_not_import_numpy_random() -> None:
+    code = ("import sys, numpy, resumable.integrations._identity as i; "
+            "print(i.numpy_seed(), 'numpy.random' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60, check=True)
+    assert out.stdout.split() == ["None", "False"]
+
+
+def test_deap_run_id_leaves_an_unseeded_numpy_out(tmp_path: Path) -> None:
+    """numpy never seeded: each process has another state, drawn from the OS, and a
+    restarted one must still find its run (as it did before numpy's seed was a part)."""
+    np.random.seed(None)
+    _onemax_run(tmp_path)
+    first = _runs(tmp_path)
+    np.random.seed(None)  # what a new process has
+    _onemax_run(tmp_path)
+    assert _runs(tmp_path) == first and len(first) == 1
+    np.random.seed(3)
+    _onemax_run(tmp_path)
+    np.random.seed(3)
+    _onemax_run(tmp_path)
+    assert len(_runs(tmp_path)) == 2
+
+
+def test_deap_fixed_run_id_refuses_another_numpy_seed(tmp_path: Path) -> None:
+    np.random.seed(1)
+    _onemax_run(tmp_path, run_id="fixed")
+    np.random.seed(2)
+    with pytest.raises(RunMismatchError) as err:
+        _onemax_run(tmp_path, run_id="fixed")
+    assert err.value.differences == ("numpy_seed",)
+    assert "'numpy_seed' (1 in the run, 2 in this call)" in str(err.value)
+
+
 def test_lambdas_are_identified_by_code(tmp_path: Path) -> None:
     """A lambda in the toolbox is identified by its code and constants, not its address."""
     _onemax_run(tmp_path, evaluate=lambda ind: (sum(ind),))

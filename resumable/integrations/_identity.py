@@ -273,13 +273,31 @@ def global_random_state() -> tuple[Any, ...]:
     return random.getstate()
 
 
-def numpy_global_state() -> Any:
-    """The state of numpy's global RNG (``np.random.seed``) when numpy is imported, else None.
+def numpy_seed() -> int | None:
+    """``n`` when numpy's global RNG holds exactly the state ``np.random.seed(n)`` left it
+    in (no number drawn since), else None. Never imports numpy.
 
-    pycma samples from it, and so does any objective that calls ``np.random.normal``: two
-    seeds are two runs. Never imports numpy.
+    A fitness that calls ``np.random.normal`` after ``np.random.seed(2)`` is another run
+    than after ``seed(1)``, but numpy's whole global state cannot be part of a run id: a
+    program that never seeds numpy has an unseeded state from the OS, a new one in every
+    process, and its restarted pod would not find its run. The two are told apart by the
+    state itself: ``seed(n)`` (any ``n`` numpy takes, 0 to 2**32 - 1) fills the Mersenne
+    Twister's key by Knuth's recurrence from ``n`` and sets its position to the end,
+    whereas a state seeded from the OS (or from a sequence) has ``key[0] = 0x80000000``
+    and random words after it: 623 words follow the recurrence by chance with
+    probability 2**-19936. Once a number has been drawn the key is twisted and ``n`` is
+    not recognised (None, as unseeded).
     """
-    np = sys.modules.get("numpy")
-    if np is None:
+    if "numpy.random" not in sys.modules:  # nobody has used numpy's global RNG
         return None
-    return np.random.get_state(legacy=False)
+    np = sys.modules["numpy"]
+    state = np.random.get_state(legacy=True)
+    if not isinstance(state, tuple):  # the global generator is not a Mersenne Twister
+        return None
+    name, key, pos, has_gauss, _ = state
+    if name != "MT19937" or pos != len(key) or has_gauss:
+        return None
+    k = key.astype(np.uint64)
+    step = (np.uint64(1812433253) * (k[:-1] ^ (k[:-1] >> np.uint64(30)))
+            + np.arange(1, len(k), dtype=np.uint64)) & np.uint64(0xFFFFFFFF)
+    return int(k[0]) if np.array_equal(step, k[1:]) else None

@@ -14,7 +14,10 @@ only the ``yield`` is new. Extra keyword arguments are the ``@checkpointed`` opt
 The run id comes from the initial population, the state of ``random`` at the call (the
 seed), the toolbox's operators (functions by name and code, with their registered
 arguments), the probabilities, sizes, ``stats`` and the hall of fame; a part that has no
-stable value (an object without attributes, say) needs ``run_id=``.
+stable value (an object without attributes, say) needs ``run_id=``. numpy's global seed
+is a part too when ``np.random.seed(n)`` set it and nothing has drawn from it since (a
+fitness may draw from it): an unseeded numpy is left out, since its state is new in every
+process and a restarted one would not find its run.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from deap import algorithms, tools
 
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
+from ._identity import numpy_seed
 
 __all__ = ["ea_mu_comma_lambda", "ea_mu_plus_lambda", "ea_simple"]
 
@@ -63,8 +67,12 @@ def _run(name: str, population: list[Any], halloffame: Any, identity: dict[str, 
     progress_option(options, ngen + 1, _best)
 
     def parts() -> dict[str, Any]:
-        return {**identity, "population": population, "halloffame": halloffame,
-                "random": random.getstate()}
+        found = {**identity, "population": population, "halloffame": halloffame,
+                 "random": random.getstate()}
+        seed = numpy_seed()
+        if seed is not None:  # (absent otherwise: the run ids of unseeded runs stay as they were)
+            found["numpy_seed"] = seed
+        return found
 
     final = run_checkpointed(f"resumable.integrations.deap.{name}", parts, body, options)
     # A resumed (or completed) run's objects are copies: hand them back in the caller's.
