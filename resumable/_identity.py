@@ -156,13 +156,18 @@ def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
     if not differ:
         return
     source = "run id" if ident.fixed else "derived run id (a hash collision?)"
+    new = [n for n in differ if n in ident.arguments and n not in theirs]
+    # An argument the run was started without (a parameter added since, say): leaving it
+    # out of the identity is what resumes that run with this call.
+    hint = (f"; or, to resume the run with this call, ignore=({', '.join(map(repr, new))},)"
+            if new and len(new) == len(differ) else "")
     raise RunMismatchError(
         f"run {ident.run_id!r} in {run.store.url} was started by another call; "
         f"{', '.join(parts)} {'differs' if len(parts) == 1 else 'differ'}. This {source} "
         "belongs to that call: call it with the "
         "same arguments, give this call another run id (run_id= or $RESUMABLE_RUN_ID), "
         f"or delete the run with `resumable rm {run.store.url} {ident.run_id}` to start "
-        "it over",
+        f"it over{hint}",
         differences=tuple(differ),
     )
 

@@ -485,6 +485,37 @@ def test_fixed_run_id_with_other_arguments_raises_run_mismatch(memory_url: str) 
     assert count(4) == 4  # the same call still finds its result
 
 
+def test_run_mismatch_on_a_new_parameter_tells_of_ignore(memory_url: str) -> None:
+    """A parameter the run was started without (added to the function since): the error
+    says ignore= resumes the run, and it does; not said when the run has the argument."""
+
+    def before(n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    assert checkpointed(store=memory_url, run_id="job-new")(before)(3) == 3
+
+    def after(n: int, scale: int = 1, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += scale
+            yield state
+        return state
+
+    after.__qualname__ = before.__qualname__
+    with pytest.raises(RunMismatchError) as err:
+        checkpointed(store=memory_url, run_id="job-new")(after)(3)
+    assert "'scale' (absent in the run, 1 in this call)" in str(err.value)
+    assert "ignore=('scale',)" in str(err.value)
+    assert checkpointed(store=memory_url, run_id="job-new", ignore=("scale",))(after)(3) == 3
+    with pytest.raises(RunMismatchError) as err:
+        checkpointed(store=memory_url, run_id="job-new")(before)(4)
+    assert "ignore=" not in str(err.value)
+
+
 def test_env_run_id_with_other_arguments_raises_before_resuming(
     memory_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

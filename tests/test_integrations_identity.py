@@ -64,6 +64,17 @@ def test_deap_run_id_follows_seed_and_operator_parameters(tmp_path: Path) -> Non
     assert len(_runs(tmp_path)) == 3
 
 
+@pytest.fixture
+def numpy_global() -> Any:
+    """numpy's global generator and its state, put back after the test."""
+    generator = np.random.get_bit_generator()
+    state = generator.state
+    yield
+    np.random.set_bit_generator(generator)
+    generator.state = state
+
+
+@pytest.mark.usefixtures("numpy_global")
 @pytest.mark.parametrize("seed", [0, 1, 2**31, 2**32 - 1, np.uint32(7)])
 def test_numpy_seed_is_read_back_from_the_state_np_random_seed_leaves(seed: Any) -> None:
     from resumable.integrations._identity import numpy_seed
@@ -74,12 +85,21 @@ def test_numpy_seed_is_read_back_from_the_state_np_random_seed_leaves(seed: Any)
     assert numpy_seed() == int(seed)
 
 
+@pytest.mark.usefixtures("numpy_global")
 @pytest.mark.parametrize("how", ["from the OS", "from a sequence", "a number drawn since",
-                                 "a normal drawn since", "its key altered"])
+                                 "a normal drawn since", "its key altered",
+                                 "another generator"])
 def test_numpy_seed_is_none_for_any_other_state(how: str) -> None:
+    """None, and no warning (numpy warns when get_state(legacy=True) meets another
+    generator than MT19937: an error where warnings are errors)."""
+    import warnings
+
     from resumable.integrations._identity import numpy_seed
 
     np.random.seed(None if how == "from the OS" else [5, 6] if how == "from a sequence" else 5)
+    if how == "another generator":
+        np.random.set_bit_generator(np.random.PCG64(5))
+        np.random.seed(5)
     if how == "a number drawn since":
         np.random.randint(10)
     elif how == "a normal drawn since":
@@ -89,7 +109,9 @@ def test_numpy_seed_is_none_for_any_other_state(how: str) -> None:
         key = key.copy()
         key[623] ^= 1
         np.random.set_state((name, key, pos, gauss, cached))
-    assert numpy_seed() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert numpy_seed() is None
 
 
 def test_numpy_seed_does_not_import_numpy_random() -> None:
@@ -100,6 +122,7 @@ def test_numpy_seed_does_not_import_numpy_random() -> None:
     assert out.stdout.split() == ["None", "False"]
 
 
+@pytest.mark.usefixtures("numpy_global")
 def test_deap_run_id_leaves_an_unseeded_numpy_out(tmp_path: Path) -> None:
     """numpy never seeded: each process has another state, drawn from the OS, and a
     restarted one must still find its run (as it did before numpy's seed was a part)."""
@@ -116,6 +139,7 @@ def test_deap_run_id_leaves_an_unseeded_numpy_out(tmp_path: Path) -> None:
     assert len(_runs(tmp_path)) == 2
 
 
+@pytest.mark.usefixtures("numpy_global")
 def test_deap_fixed_run_id_refuses_another_numpy_seed(tmp_path: Path) -> None:
     np.random.seed(1)
     _onemax_run(tmp_path, run_id="fixed")
@@ -124,6 +148,99 @@ def test_deap_fixed_run_id_refuses_another_numpy_seed(tmp_path: Path) -> None:
         _onemax_run(tmp_path, run_id="fixed")
     assert err.value.differences == ("numpy_seed",)
     assert "'numpy_seed' (1 in the run, 2 in this call)" in str(err.value)
+    assert "ignore=" not in str(err.value)  # both have one: leaving it out is no answer
+
+
+@pytest.mark.usefixtures("numpy_global")
+def test_a_run_started_without_numpy_seed_is_named_and_resumed_with_ignore(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run whose id has no numpy seed (started by an older version, or by a process that
+    drew from numpy before the call) and the same call with numpy just seeded: a new run,
+    with a warning naming the other and ignore=; with ignore= it is resumed, and under a
+    fixed run id the RunMismatchError says so too."""
+    np.random.seed(0)
+    np.random.rand()  # (drawn: not recognised)
+    first = _onemax_run(tmp_path)
+    assert len(_runs(tmp_path)) == 1
+    older = next(iter(_runs(tmp_path)))
+    np.random.seed(0)
+    with caplog.at_level("WARNING", logger="resumable"):
+        _onemax_run(tmp_path)
+    assert len(_runs(tmp_path)) == 2
+    warned = [r.getMessage() for r in caplog.records if older in r.getMessage()]
+    assert len(warned) == 1 and "ignore=('numpy_seed',)" in warned[0], caplog.text
+    caplog.clear()
+    np.random.seed(0)
+    with caplog.at_level("INFO", logger="resumable"):
+        again = _onemax_run(tmp_path, ignore=("numpy_seed",))
+    assert len(_runs(tmp_path)) == 2 and older in caplog.text
+    assert [ind.fitness.values for ind in again[0]] == [ind.fitness.values for ind in first[0]]
+
+    np.random.seed(0)
+    np.random.rand()
+    _onemax_run(tmp_path, run_id="fixed")
+    np.random.seed(0)
+    with pytest.raises(RunMismatchError) as err:
+        _onemax_run(tmp_path, run_id="fixed")
+    assert "'numpy_seed' (absent in the run, 0 in this call)" in str(err.value)
+    assert "ignore=('numpy_seed',)" in str(err.value)
+    np.random.seed(0)
+    _onemax_run(tmp_path, run_id="fixed", ignore=("numpy_seed",))
+
+
+@pytest.mark.usefixtures("numpy_global")
+def test_ignore_numpy_seed_works_whether_or_not_numpy_is_seeded(tmp_path: Path) -> None:
+    np.random.seed(None)
+    _onemax_run(tmp_path, ignore=("numpy_seed",))
+    np.random.seed(4)
+    _onemax_run(tmp_path, ignore=("numpy_seed",))
+    assert len(_runs(tmp_path)) == 1
+
+
+def _noisy(x: Any) -> float:
+    return float(np.sum(np.asarray(x) ** 2) + np.random.normal())
+
+
+def _pymoo_noisy(store: Path) -> float:
+    from pymoo.algorithms.soo.nonconvex.ga import GA
+    from pymoo.core.problem import ElementwiseProblem
+
+    from resumable.integrations.pymoo import minimize
+
+    class Noisy(ElementwiseProblem):
+        def __init__(self) -> None:
+            super().__init__(n_var=3, n_obj=1, xl=-2, xu=2)
+
+        def _evaluate(self, x: Any, out: Any, *args: Any, **kwargs: Any) -> None:
+            out["F"] = _noisy(x)
+
+    return float(minimize(Noisy(), GA(pop_size=10), ("n_gen", 3), seed=5,
+                          store=str(store)).F[0])
+
+
+def _pygad_noisy(store: Path) -> float:
+    import pygad
+
+    from resumable.integrations.pygad import run
+
+    ga = pygad.GA(num_generations=3, num_parents_mating=2, sol_per_pop=6, num_genes=3,
+                  fitness_func=lambda g, s, i: -_noisy(s), random_seed=5,
+                  suppress_warnings=True)
+    return float(run(ga, store=str(store)).best_solution()[1])
+
+
+@pytest.mark.usefixtures("numpy_global")
+@pytest.mark.parametrize("case", [_pymoo_noisy, _pygad_noisy], ids=["pymoo", "pygad"])
+def test_every_integration_tells_numpy_seeds_apart(tmp_path: Path, case: Any) -> None:
+    """An objective that draws from numpy's global RNG, seeded 1 then 2 right before the
+    call: the second call is its own run, not the first one's stored result."""
+    np.random.seed(1)
+    case(tmp_path / "shared")
+    np.random.seed(2)
+    shared = case(tmp_path / "shared")
+    np.random.seed(2)
+    assert shared == case(tmp_path / "alone")
+    assert len(_runs(tmp_path / "shared")) == 2
 
 
 def test_lambdas_are_identified_by_code(tmp_path: Path) -> None:

@@ -6,14 +6,23 @@ import copy
 import difflib
 import inspect
 import keyword
+import logging
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from .. import _settings
 from .._decorator import checkpointed
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, ResumableError
 from .._progress import Bar
-from ._identity import Unidentifiable, digest
+from .._run import IDENTITY
+from ._identity import Unidentifiable, digest, numpy_seed
+
+log = logging.getLogger("resumable")
+
+# numpy's global seed, a part of every integration's run when np.random.seed(n) left the
+# global RNG as it is at the call (see numpy_seed); absent otherwise, so that the run ids
+# of unseeded runs are those they had before it was a part.
+NUMPY_SEED = "numpy_seed"
 
 
 def option_names() -> frozenset[str]:
@@ -81,9 +90,17 @@ def run_checkpointed(
     body through its closure. A part without a stable value needs ``run_id=`` (or
     $RESUMABLE_RUN_ID). ``ignorable(part)`` says why a part cannot be ignored (None: it
     can); without it every part can.
+
+    One part is added here, for every integration: ``numpy_seed``, numpy's global seed
+    when ``np.random.seed(n)`` left the global RNG as it is at the call (an objective may
+    draw from it: two seeds are two runs). It is absent otherwise, so unseeded runs keep
+    the ids they had before it was a part; ``ignore=("numpy_seed",)`` leaves it out.
     """
     explicit = options.get("run_id") or _settings.RUN_ID.read()
-    parts = identity()
+    parts = dict(identity())
+    seed = numpy_seed()
+    if seed is not None:
+        parts[NUMPY_SEED] = seed
     try:
         arguments = {parameter_name(p): _argument(p, value) for p, value in parts.items()}
     except Unidentifiable as err:
@@ -98,7 +115,20 @@ def run_checkpointed(
         # state of another configuration.
         arguments = {parameter_name(p): _argument(p, value)
                      for p, value in stable_parts(parts).items()}
+    if NUMPY_SEED in _ignored(options):
+        # Ignored, it may be found in one process and not in another (numpy drawn from
+        # before the call, or unseeded): always a part, so that ignore= never fails.
+        arguments.setdefault(NUMPY_SEED, None)
     _check_ignorable(name, options, arguments, ignorable)
+    run = checkpointed(**options)(_function(name, body, arguments))
+    if NUMPY_SEED in arguments and not explicit and NUMPY_SEED not in _ignored(options):
+        _tell_of_a_run_without_the_seed(name, body, options, run, arguments)
+    return run(**arguments)
+
+
+def _function(name: str, body: Callable[[Any], Generator[Any, None, Any]],
+              arguments: Mapping[str, Any]) -> Callable[..., Generator[Any, None, Any]]:
+    """The inner generator function ``name``, one keyword parameter per part."""
     module, _, qualname = name.rpartition(".")
 
     def gen(*, state: Any = None, **_parts: Any) -> Generator[Any, None, Any]:
@@ -108,7 +138,37 @@ def run_checkpointed(
     gen.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in arguments]
         + [inspect.Parameter("state", inspect.Parameter.KEYWORD_ONLY, default=None)])
-    return checkpointed(**options)(gen)(**arguments)
+    return gen
+
+
+def _ignored(options: Mapping[str, Any]) -> list[str]:
+    names = options.get("ignore") or ()
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _tell_of_a_run_without_the_seed(name: str, body: Callable[[Any], Generator[Any, None, Any]],
+                                    options: Mapping[str, Any], run: Any,
+                                    arguments: Mapping[str, Any]) -> None:
+    """A warning when this call starts a new run and the same call without numpy's seed
+    has one: a run started before numpy's seed was a part, or by a process that drew
+    from numpy before the call (so its seed was not recognised). It may be this run."""
+    ours = run._run((), dict(arguments))[0]
+    rest = {k: v for k, v in arguments.items() if k != NUMPY_SEED}
+    other = checkpointed(**options)(_function(name, body, rest))._run((), rest)[0]
+    try:
+        if (ours.read_record(IDENTITY, "identity") is not None  # it resumes, or is done
+                or other.read_record(IDENTITY, "identity") is None):
+            return
+    except ResumableError as err:  # (the call itself reports its own run's troubles)
+        log.debug("%s: could not look for a run without numpy's seed: %s", name, err)
+        return
+    log.warning(
+        "%s: starting run %s (numpy's global RNG seeded with %d is part of its id), and "
+        "run %s of the same call without numpy's seed exists. If this process is a restart "
+        "of that run (started before resumable took numpy's seed into run ids, or by a "
+        "process that drew from numpy before the call), pass ignore=(%r,) to resume it "
+        "instead",
+        name, ours.where(), arguments[NUMPY_SEED], other.where(), NUMPY_SEED)
 
 
 def parameter_name(part: str) -> str:
@@ -139,7 +199,8 @@ def _check_ignorable(name: str, options: Mapping[str, Any], arguments: Mapping[s
             raise ConfigurationError(
                 f"{name}: ignore names {part!r}, which is not a part of this run's identity; "
                 f"the parts are {', '.join(arguments)}")
-        why = ignorable(part) if ignorable is not None else None
+        # numpy's seed can always be left out: the run ids were so before it was a part
+        why = ignorable(part) if ignorable is not None and part != NUMPY_SEED else None
         if why:
             raise ConfigurationError(f"{name}: ignore={part!r} is not supported: {why}")
 

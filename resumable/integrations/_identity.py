@@ -291,11 +291,11 @@ def numpy_seed() -> int | None:
     if "numpy.random" not in sys.modules:  # nobody has used numpy's global RNG
         return None
     np = sys.modules["numpy"]
-    state = np.random.get_state(legacy=True)
-    if not isinstance(state, tuple):  # the global generator is not a Mersenne Twister
+    state = np.random.get_state(legacy=False)  # (legacy=True warns for other generators)
+    if state.get("bit_generator") != "MT19937" or state.get("has_gauss"):
         return None
-    name, key, pos, has_gauss, _ = state
-    if name != "MT19937" or pos != len(key) or has_gauss:
+    key, pos = state["state"]["key"], state["state"]["pos"]
+    if pos != len(key):
         return None
     k = key.astype(np.uint64)
     step = (np.uint64(1812433253) * (k[:-1] ^ (k[:-1] >> np.uint64(30)))

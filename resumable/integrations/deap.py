@@ -29,7 +29,6 @@ from typing import Any
 from deap import algorithms, tools
 
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
-from ._identity import numpy_seed
 
 __all__ = ["ea_mu_comma_lambda", "ea_mu_plus_lambda", "ea_simple"]
 
@@ -67,12 +66,8 @@ def _run(name: str, population: list[Any], halloffame: Any, identity: dict[str, 
     progress_option(options, ngen + 1, _best)
 
     def parts() -> dict[str, Any]:
-        found = {**identity, "population": population, "halloffame": halloffame,
-                 "random": random.getstate()}
-        seed = numpy_seed()
-        if seed is not None:  # (absent otherwise: the run ids of unseeded runs stay as they were)
-            found["numpy_seed"] = seed
-        return found
+        return {**identity, "population": population, "halloffame": halloffame,
+                "random": random.getstate()}
 
     final = run_checkpointed(f"resumable.integrations.deap.{name}", parts, body, options)
     # A resumed (or completed) run's objects are copies: hand them back in the caller's.
