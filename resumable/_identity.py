@@ -159,7 +159,8 @@ def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
     new = [n for n in differ if n in ident.arguments and n not in theirs]
     # An argument the run was started without (a parameter added since, say): leaving it
     # out of the identity is what resumes that run with this call.
-    hint = (f"; or, to resume the run with this call, ignore=({', '.join(map(repr, new))},)"
+    hint = (f"; or, if this call is to resume that run, ignore=({', '.join(map(repr, new))},)"
+            " (the run id then no longer checks what it leaves out)"
             if new and len(new) == len(differ) else "")
     raise RunMismatchError(
         f"run {ident.run_id!r} in {run.store.url} was started by another call; "

@@ -4,6 +4,7 @@ and parts pickle cannot handle."""
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -169,6 +170,25 @@ def test_a_run_started_without_numpy_seed_is_named_and_resumed_with_ignore(
     assert len(_runs(tmp_path)) == 2
     warned = [r.getMessage() for r in caplog.records if older in r.getMessage()]
     assert len(warned) == 1 and "ignore=('numpy_seed',)" in warned[0], caplog.text
+    # Its identity record damaged (or signed, where this call has no key): the older run
+    # is still named, and not read (no error about a run this call does not use).
+    newer = next(iter(_runs(tmp_path) - {older}))
+    shutil.rmtree(tmp_path / newer)
+    record = tmp_path / older / "identity"
+    intact = record.read_bytes()
+    record.write_bytes(b"junk" + intact[4:])
+    caplog.clear()
+    np.random.seed(0)
+    with caplog.at_level("WARNING", logger="resumable"):
+        _onemax_run(tmp_path)
+    assert [r.levelname for r in caplog.records] == ["WARNING"], caplog.text
+    assert older in caplog.text
+    record.write_bytes(intact)
+    caplog.clear()
+    np.random.seed(0)
+    with caplog.at_level("WARNING", logger="resumable"):
+        _onemax_run(tmp_path)  # (done: no fresh start, no warning)
+    assert not caplog.records, caplog.text
     caplog.clear()
     np.random.seed(0)
     with caplog.at_level("INFO", logger="resumable"):
@@ -187,14 +207,32 @@ def test_a_run_started_without_numpy_seed_is_named_and_resumed_with_ignore(
     np.random.seed(0)
     _onemax_run(tmp_path, run_id="fixed", ignore=("numpy_seed",))
 
+    # The other way round: the run has a seed, this process has drawn from numpy first.
+    np.random.seed(0)
+    _onemax_run(tmp_path, run_id="fixed-2")
+    np.random.seed(0)
+    np.random.rand()
+    with pytest.raises(RunMismatchError) as err:
+        _onemax_run(tmp_path, run_id="fixed-2")
+    assert "'numpy_seed' (0 in the run, absent in this call)" in str(err.value)
+    assert "ignore=('numpy_seed',) resumes it" in str(err.value)
+    assert err.value.differences == ("numpy_seed",)
+    _onemax_run(tmp_path, run_id="fixed-2", ignore=("numpy_seed",))
+
 
 @pytest.mark.usefixtures("numpy_global")
-def test_ignore_numpy_seed_works_whether_or_not_numpy_is_seeded(tmp_path: Path) -> None:
+def test_ignore_numpy_seed_works_whether_or_not_numpy_is_seeded(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Unseeded, then seeded 4, then 5: one run, whose stored result the later calls get
+    (not an extension per seed: the ignored value is the same, None, in every call)."""
     np.random.seed(None)
     _onemax_run(tmp_path, ignore=("numpy_seed",))
-    np.random.seed(4)
-    _onemax_run(tmp_path, ignore=("numpy_seed",))
+    for seed in (4, 5):
+        np.random.seed(seed)
+        with caplog.at_level("INFO", logger="resumable"):
+            _onemax_run(tmp_path, ignore=("numpy_seed",))
     assert len(_runs(tmp_path)) == 1
+    assert "extending" not in caplog.text and "attempt" not in caplog.text, caplog.text
 
 
 def _noisy(x: Any) -> float:

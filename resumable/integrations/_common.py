@@ -12,9 +12,10 @@ from typing import Any
 
 from .. import _settings
 from .._decorator import checkpointed
-from .._errors import ConfigurationError, ResumableError
+from .._errors import ConfigurationError, ResumableError, RunMismatchError
 from .._progress import Bar
 from .._run import IDENTITY
+from ..stores._base import head_of
 from ._identity import Unidentifiable, digest, numpy_seed
 
 log = logging.getLogger("resumable")
@@ -115,23 +116,45 @@ def run_checkpointed(
         # state of another configuration.
         arguments = {parameter_name(p): _argument(p, value)
                      for p, value in stable_parts(parts).items()}
-    if NUMPY_SEED in _ignored(options):
-        # Ignored, it may be found in one process and not in another (numpy drawn from
-        # before the call, or unseeded): always a part, so that ignore= never fails.
-        arguments.setdefault(NUMPY_SEED, None)
+    ignored = NUMPY_SEED in _ignored(options)
+    if ignored:
+        # Found in one process and not in another (numpy drawn from before the call, or
+        # unseeded), and never used by a resumed run (its checkpoint has numpy's state):
+        # always a part, and always None, so that ignore= never fails and a completed run
+        # returns its result whatever the seed.
+        arguments[NUMPY_SEED] = None
     _check_ignorable(name, options, arguments, ignorable)
-    run = checkpointed(**options)(_function(name, body, arguments))
-    if NUMPY_SEED in arguments and not explicit and NUMPY_SEED not in _ignored(options):
-        _tell_of_a_run_without_the_seed(name, body, options, run, arguments)
-    return run(**arguments)
+    on_fresh = None
+    if NUMPY_SEED in arguments and not explicit and not ignored:
+        told: list[bool] = []
+
+        def on_fresh() -> None:
+            if not told:
+                told.append(True)
+                _tell_of_a_run_without_the_seed(name, body, options, arguments)
+
+    run = checkpointed(**options)(_function(name, body, arguments, on_fresh))
+    try:
+        return run(**arguments)
+    except RunMismatchError as err:
+        if err.differences != (NUMPY_SEED,) or NUMPY_SEED in arguments:
+            raise  # (the run has none: the message says ignore= already)
+        raise RunMismatchError(
+            f"{err}; if this process restarts that run and numpy's seed was not recognised "
+            f"here (numpy drawn from before the call), ignore={(NUMPY_SEED,)!r} resumes it",
+            differences=err.differences) from None
 
 
 def _function(name: str, body: Callable[[Any], Generator[Any, None, Any]],
-              arguments: Mapping[str, Any]) -> Callable[..., Generator[Any, None, Any]]:
-    """The inner generator function ``name``, one keyword parameter per part."""
+              arguments: Mapping[str, Any], on_fresh: Callable[[], None] | None = None,
+              ) -> Callable[..., Generator[Any, None, Any]]:
+    """The inner generator function ``name``, one keyword parameter per part;
+    ``on_fresh()`` runs when the body starts without a checkpoint."""
     module, _, qualname = name.rpartition(".")
 
     def gen(*, state: Any = None, **_parts: Any) -> Generator[Any, None, Any]:
+        if state is None and on_fresh is not None:
+            on_fresh()
         return (yield from body(state))
 
     gen.__module__, gen.__qualname__, gen.__name__ = module, qualname, qualname
@@ -147,18 +170,18 @@ def _ignored(options: Mapping[str, Any]) -> list[str]:
 
 
 def _tell_of_a_run_without_the_seed(name: str, body: Callable[[Any], Generator[Any, None, Any]],
-                                    options: Mapping[str, Any], run: Any,
+                                    options: Mapping[str, Any],
                                     arguments: Mapping[str, Any]) -> None:
-    """A warning when this call starts a new run and the same call without numpy's seed
-    has one: a run started before numpy's seed was a part, or by a process that drew
-    from numpy before the call (so its seed was not recognised). It may be this run."""
-    ours = run._run((), dict(arguments))[0]
+    """At a fresh start: a warning if the same call without numpy's seed has a run (one
+    started before numpy's seed was a part, or by a process that drew from numpy before
+    the call, so its seed was not recognised). It may be this run, or another."""
     rest = {k: v for k, v in arguments.items() if k != NUMPY_SEED}
-    other = checkpointed(**options)(_function(name, body, rest))._run((), rest)[0]
+    fn = checkpointed(**options)
+    other = fn(_function(name, body, rest))._run((), rest)[0]
     try:
-        if (ours.read_record(IDENTITY, "identity") is not None  # it resumes, or is done
-                or other.read_record(IDENTITY, "identity") is None):
+        if head_of(other.store, other.key(IDENTITY), 1) is None:  # (not read, not verified)
             return
+        ours = fn(_function(name, body, arguments))._run((), dict(arguments))[0]
     except ResumableError as err:  # (the call itself reports its own run's troubles)
         log.debug("%s: could not look for a run without numpy's seed: %s", name, err)
         return
@@ -167,7 +190,7 @@ def _tell_of_a_run_without_the_seed(name: str, body: Callable[[Any], Generator[A
         "run %s of the same call without numpy's seed exists. If this process is a restart "
         "of that run (started before resumable took numpy's seed into run ids, or by a "
         "process that drew from numpy before the call), pass ignore=(%r,) to resume it "
-        "instead",
+        "instead, for that restart only: kept, it lets other seeds share that run again",
         name, ours.where(), arguments[NUMPY_SEED], other.where(), NUMPY_SEED)
 
 
