@@ -192,9 +192,18 @@ def result_applies(run: Run, ident: CallIdentity) -> bool:
     theirs = wrote.get("ignored") or {}
     if theirs == ident.ignored:
         return True
+    # An ignored argument at None that the run never had (not ignored by the attempt that
+    # wrote the result, not in the run's identity): a parameter added since, left at its
+    # None. It is what the run was made without, so it is no change.
+    identity = run.read_record(IDENTITY, "identity") or {}
+    had = set(theirs) | set(identity.get("arguments") or {})
+    ours = {n: h for n, h in ident.ignored.items()
+            if n in had or ident.ignored_shown.get(n) != "None"}
+    if theirs == ours:
+        return True
     before = wrote.get("shown") or {}
     changes = ", ".join(f"{n}: {before.get(n, '?')} -> {ident.ignored_shown.get(n, '?')}"
-                        for n in sorted(ident.ignored) if theirs.get(n) != ident.ignored[n])
+                        for n in sorted(ours) if theirs.get(n) != ours[n])
     log.info("run %s is complete, but with other ignored arguments (%s): extending it from "
              "its last checkpoint", run.where(), changes)
     return False

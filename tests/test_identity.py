@@ -516,6 +516,40 @@ def test_run_mismatch_on_a_new_parameter_tells_of_ignore(memory_url: str) -> Non
     assert "ignore=" not in str(err.value)
 
 
+def test_an_ignored_parameter_added_since_at_none_keeps_the_stored_result(
+        memory_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A completed run, then its function with a new ignored parameter: left at None it
+    is what the run was made without, so the stored result answers; another value is a
+    change, and the run is extended from its last checkpoint."""
+    calls: list[int] = []
+
+    def before(n: int, *, state: Any = None) -> Any:
+        calls.append(n)
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    def after(n: int, extra: Any = None, *, state: Any = None) -> Any:
+        calls.append(n)
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    after.__qualname__ = before.__qualname__
+    assert checkpointed(store=memory_url, run_id="job-added")(before)(3) == 3
+    f = checkpointed(store=memory_url, run_id="job-added", ignore=("extra",))(after)
+    with caplog.at_level("INFO", logger="resumable"):
+        assert f(3) == 3 and f(3, None) == 3
+    assert calls == [3] and "extending" not in caplog.text, caplog.text
+    with caplog.at_level("INFO", logger="resumable"):
+        assert f(3, 5) == 3
+    assert calls == [3, 3] and "extra: ? -> 5" in caplog.text, caplog.text
+
+
 def test_env_run_id_with_other_arguments_raises_before_resuming(
     memory_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

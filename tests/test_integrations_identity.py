@@ -35,7 +35,7 @@ def _runs(store: Path) -> set[str]:
     return {p.name for p in store.iterdir()} if store.exists() else set()
 
 
-def _onemax_run(store: Path, seed: int = 12, indpb: float = 0.05, evaluate: Any = None,
+def _onemax_run(store: Any, seed: int = 12, indpb: float = 0.05, evaluate: Any = None,
                 cxpb: float = 0.5, ngen: int = 3, **options: Any) -> Any:
     from deap import tools
 
@@ -47,7 +47,8 @@ def _onemax_run(store: Path, seed: int = 12, indpb: float = 0.05, evaluate: Any 
         tb.register("evaluate", evaluate)
     random.seed(seed)
     pop = tb.population(n=10)
-    return ea_simple(pop, tb, cxpb, 0.2, ngen, verbose=False, store=str(store), **options)
+    return ea_simple(pop, tb, cxpb, 0.2, ngen, verbose=False,
+                     store=str(store) if isinstance(store, Path) else store, **options)
 
 
 def test_deap_run_id_follows_seed_and_operator_parameters(tmp_path: Path) -> None:
@@ -218,6 +219,54 @@ def test_a_run_started_without_numpy_seed_is_named_and_resumed_with_ignore(
     assert "ignore=('numpy_seed',) resumes it" in str(err.value)
     assert err.value.differences == ("numpy_seed",)
     _onemax_run(tmp_path, run_id="fixed-2", ignore=("numpy_seed",))
+
+
+@pytest.mark.usefixtures("numpy_global")
+@pytest.mark.parametrize("fixed", [False, True])
+def test_following_the_ignore_hints_returns_a_completed_runs_result(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, fixed: bool) -> None:
+    """The warning's hint (a run without the seed) on a completed run: its stored result,
+    with no new attempt (fb15564 compared the ignored None with nothing, and extended the
+    run). The RunMismatchError's (a fixed id whose run has seed 1, numpy drawn from in this
+    process): the run had a seed, so None is a change, and the run is extended from its
+    last checkpoint, by no generation: the same result."""
+    run_id = {"run_id": "fixed"} if fixed else {}
+    np.random.seed(1 if fixed else None)
+    first = _onemax_run(tmp_path, **run_id)
+    np.random.seed(1)
+    if fixed:
+        np.random.rand()
+    with caplog.at_level("INFO", logger="resumable"):
+        again = _onemax_run(tmp_path, ignore=("numpy_seed",), **run_id)
+    extended = "extending" in caplog.text
+    assert extended == fixed, caplog.text
+    assert [ind.fitness.values for ind in again[0]] == [ind.fitness.values for ind in first[0]]
+    assert len(_runs(tmp_path)) == 1
+
+
+@pytest.mark.usefixtures("numpy_global")
+@pytest.mark.parametrize("error", [RuntimeError("no head today"), OSError(5, "I/O error")])
+def test_the_look_for_a_run_without_the_seed_never_fails_the_call(
+        tmp_path: Path, error: Exception) -> None:
+    """A store (here a local one with a fault) whose existence check raises something
+    other than a StoreError while a seeded call looks for the run without the seed: only
+    the warning is lost; not the call, nor one of its restarts."""
+    from resumable.stores._local import LocalStore
+
+    class Faulty(LocalStore):
+        looked = 0
+
+        def head(self, key: str, n: int) -> Any:
+            if key.endswith("/identity"):
+                Faulty.looked += 1
+                raise error
+            return super().head(key, n)
+
+    np.random.seed(None)
+    _onemax_run(tmp_path)
+    np.random.seed(2)
+    _onemax_run(Faulty(tmp_path))  # (restarts=0: a body error would raise)
+    assert Faulty.looked == 1 and len(_runs(tmp_path)) == 2
 
 
 @pytest.mark.usefixtures("numpy_global")

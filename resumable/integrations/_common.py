@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import _settings
 from .._decorator import checkpointed
-from .._errors import ConfigurationError, ResumableError, RunMismatchError
+from .._errors import ConfigurationError, RunMismatchError
 from .._progress import Bar
 from .._run import IDENTITY
 from ..stores._base import head_of
@@ -121,7 +121,8 @@ def run_checkpointed(
         # Found in one process and not in another (numpy drawn from before the call, or
         # unseeded), and never used by a resumed run (its checkpoint has numpy's state):
         # always a part, and always None, so that ignore= never fails and a completed run
-        # returns its result whatever the seed.
+        # returns its result whatever the seed (a run made without the part too: an
+        # ignored None counts as absent, see _identity.result_applies).
         arguments[NUMPY_SEED] = None
     _check_ignorable(name, options, arguments, ignorable)
     on_fresh = None
@@ -137,12 +138,12 @@ def run_checkpointed(
     try:
         return run(**arguments)
     except RunMismatchError as err:
-        if err.differences != (NUMPY_SEED,) or NUMPY_SEED in arguments:
-            raise  # (the run has none: the message says ignore= already)
-        raise RunMismatchError(
-            f"{err}; if this process restarts that run and numpy's seed was not recognised "
-            f"here (numpy drawn from before the call), ignore={(NUMPY_SEED,)!r} resumes it",
-            differences=err.differences) from None
+        if err.differences == (NUMPY_SEED,) and NUMPY_SEED not in arguments:
+            # (the other way round, the run has none: the message says ignore= already)
+            err.args = (f"{err}; if this process restarts that run and numpy's seed was not "
+                        "recognised here (numpy drawn from before the call), "
+                        f"ignore={(NUMPY_SEED,)!r} resumes it",)
+        raise
 
 
 def _function(name: str, body: Callable[[Any], Generator[Any, None, Any]],
@@ -176,13 +177,13 @@ def _tell_of_a_run_without_the_seed(name: str, body: Callable[[Any], Generator[A
     started before numpy's seed was a part, or by a process that drew from numpy before
     the call, so its seed was not recognised). It may be this run, or another."""
     rest = {k: v for k, v in arguments.items() if k != NUMPY_SEED}
-    fn = checkpointed(**options)
-    other = fn(_function(name, body, rest))._run((), rest)[0]
     try:
+        fn = checkpointed(**options)
+        other = fn(_function(name, body, rest))._run((), rest)[0]
         if head_of(other.store, other.key(IDENTITY), 1) is None:  # (not read, not verified)
             return
         ours = fn(_function(name, body, arguments))._run((), dict(arguments))[0]
-    except ResumableError as err:  # (the call itself reports its own run's troubles)
+    except Exception as err:  # only a warning depends on it: never the body's failure
         log.debug("%s: could not look for a run without numpy's seed: %s", name, err)
         return
     log.warning(
