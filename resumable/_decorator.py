@@ -692,9 +692,10 @@ class _Execution:
         once per execution: the call's arguments first, then the result record)."""
         if self.checked_result is None:
             run = self.run
-            _identity.check_call(run, self.ident, self.opts.ignore)
+            identity = _identity.check_call(run, self.ident, self.opts.ignore)
             found, value = run.load_result()
-            self.checked_result = (found and _identity.result_applies(run, self.ident), value)
+            self.checked_result = (
+                found and _identity.result_applies(run, self.ident, identity), value)
             if self.checked_result[0]:
                 log.info("run %s is complete; returning its stored result without running it",
                          run.where())

@@ -126,15 +126,20 @@ def _same_function(recorded: str, current: str) -> bool:
     return False
 
 
-def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
-    """Record the run's identity on first use; refuse a call whose arguments differ."""
+def check_call(run: Run, ident: CallIdentity,
+               ignore: tuple[str, ...]) -> dict[str, Any] | None:
+    """Record the run's identity on first use; refuse a call whose arguments differ.
+
+    Returns the identity record the run had, verified (None: it had none, or it is
+    unreadable).
+    """
     recorded = run.read_record(IDENTITY, "identity")
     if recorded is None:
         if run.write_record(IDENTITY, "identity", ident.record(), create_only=True):
-            return
+            return None
         recorded = run.read_record(IDENTITY, "identity")  # another attempt was first
         if recorded is None:
-            return
+            return None
     theirs: dict[str, str] = recorded.get("arguments") or {}
     shown: dict[str, str] = recorded.get("shown") or {}
     names = sorted((set(theirs) | set(ident.arguments)) - set(ignore))
@@ -154,7 +159,7 @@ def check_call(run: Run, ident: CallIdentity, ignore: tuple[str, ...]) -> None:
         parts.insert(0, f"the function ({recorded.get('function')} in the run, "
                         f"{ident.function} in this call)")
     if not differ:
-        return
+        return recorded
     source = "run id" if ident.fixed else "derived run id (a hash collision?)"
     new = [n for n in differ if n in ident.arguments and n not in theirs]
     # An argument the run was started without (a parameter added since, say): leaving it
@@ -182,8 +187,12 @@ def record_attempt(run: Run, ident: CallIdentity, resumed: Checkpoint | None) ->
     })
 
 
-def result_applies(run: Run, ident: CallIdentity) -> bool:
-    """Whether the stored result answers this call: its ignored arguments are equal too."""
+def result_applies(run: Run, ident: CallIdentity,
+                   identity: Mapping[str, Any] | None = None) -> bool:
+    """Whether the stored result answers this call: its ignored arguments are equal too.
+
+    ``identity`` is the run's identity record as ``check_call`` read it.
+    """
     if not ident.ignored:
         return True
     wrote = run.read_record(f"{CALL}{run.result_epoch:08d}", "call")
@@ -194,13 +203,15 @@ def result_applies(run: Run, ident: CallIdentity) -> bool:
         return True
     # An ignored argument at None that the run never had (not ignored by the attempt that
     # wrote the result, not in the run's identity): a parameter added since, left at its
-    # None. It is what the run was made without, so it is no change.
-    identity = run.read_record(IDENTITY, "identity") or {}
-    had = set(theirs) | set(identity.get("arguments") or {})
-    ours = {n: h for n, h in ident.ignored.items()
-            if n in had or ident.ignored_shown.get(n) != "None"}
-    if theirs == ours:
-        return True
+    # None. It is what the run was made without, so it is no change. (Only with the
+    # identity the run had, read and verified: an unreadable one tells nothing.)
+    ours = ident.ignored
+    if identity is not None:
+        had = set(theirs) | set(identity.get("arguments") or {})
+        ours = {n: h for n, h in ident.ignored.items()
+                if n in had or h != _lenient_hash(n, None)}
+        if theirs == ours:
+            return True
     before = wrote.get("shown") or {}
     changes = ", ".join(f"{n}: {before.get(n, '?')} -> {ident.ignored_shown.get(n, '?')}"
                         for n in sorted(ours) if theirs.get(n) != ours[n])

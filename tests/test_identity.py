@@ -550,6 +550,46 @@ def test_an_ignored_parameter_added_since_at_none_keeps_the_stored_result(
     assert calls == [3, 3] and "extra: ? -> 5" in caplog.text, caplog.text
 
 
+class _LooksLikeNone(float):
+    def __repr__(self) -> str:
+        return "None"
+
+
+@pytest.mark.parametrize("case", ["a value shown as None", "an unreadable identity"])
+def test_an_added_parameter_is_a_change_unless_it_is_none_and_the_run_is_known(
+        tmp_path: Path, case: str) -> None:
+    """The rule above judges the value (not how it is shown), and only with the run's
+    identity read and verified: otherwise the run is extended, as before it."""
+    calls: list[Any] = []
+
+    def before(n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    def after(n: int, extra: Any = None, *, state: Any = None) -> Any:
+        calls.append(extra)
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    after.__qualname__ = before.__qualname__
+    store = tmp_path / "store"
+    assert checkpointed(store=str(store), run_id="job")(before)(3) == 3
+    extra: Any = None
+    if case == "a value shown as None":
+        extra = _LooksLikeNone(10.0)
+    else:
+        record = store / "job" / "identity"
+        record.write_bytes(b"junk" + record.read_bytes()[4:])
+    checkpointed(store=str(store), run_id="job", ignore=("extra",))(after)(3, extra)
+    assert calls == [extra]
+
+
 def test_env_run_id_with_other_arguments_raises_before_resuming(
     memory_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
