@@ -485,43 +485,10 @@ def test_fixed_run_id_with_other_arguments_raises_run_mismatch(memory_url: str) 
     assert count(4) == 4  # the same call still finds its result
 
 
-def test_run_mismatch_on_a_new_parameter_tells_of_ignore(memory_url: str) -> None:
-    """A parameter the run was started without (added to the function since): the error
-    says ignore= resumes the run, and it does; not said when the run has the argument."""
-
-    def before(n: int, *, state: Any = None) -> Any:
-        state = state or 0
-        while state < n:
-            state += 1
-            yield state
-        return state
-
-    assert checkpointed(store=memory_url, run_id="job-new")(before)(3) == 3
-
-    def after(n: int, scale: int = 1, *, state: Any = None) -> Any:
-        state = state or 0
-        while state < n:
-            state += scale
-            yield state
-        return state
-
-    after.__qualname__ = before.__qualname__
-    with pytest.raises(RunMismatchError) as err:
-        checkpointed(store=memory_url, run_id="job-new")(after)(3)
-    assert "'scale' (absent in the run, 1 in this call)" in str(err.value)
-    assert "ignore=('scale',)" in str(err.value)
-    assert checkpointed(store=memory_url, run_id="job-new", ignore=("scale",))(after)(3) == 3
-    with pytest.raises(RunMismatchError) as err:
-        checkpointed(store=memory_url, run_id="job-new")(before)(4)
-    assert "ignore=" not in str(err.value)
-
-
-def test_an_ignored_parameter_added_since_at_none_keeps_the_stored_result(
-        memory_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    """A completed run, then its function with a new ignored parameter: left at None it
-    is what the run was made without, so the stored result answers; another value is a
-    change, and the run is extended from its last checkpoint."""
-    calls: list[int] = []
+def _versions(calls: list[Any]) -> tuple[Any, Any]:
+    """A counting body, and the same body with a parameter added since (``extra``, None
+    by default; the count goes up by it when it is a number): each call appends what it
+    got to ``calls``. Both have one name, as one function edited between two runs."""
 
     def before(n: int, *, state: Any = None) -> Any:
         calls.append(n)
@@ -532,14 +499,39 @@ def test_an_ignored_parameter_added_since_at_none_keeps_the_stored_result(
         return state
 
     def after(n: int, extra: Any = None, *, state: Any = None) -> Any:
-        calls.append(n)
+        calls.append((n, extra))
         state = state or 0
         while state < n:
-            state += 1
+            state += extra if isinstance(extra, int) else 1
             yield state
         return state
 
     after.__qualname__ = before.__qualname__
+    return before, after
+
+
+def test_run_mismatch_on_a_new_parameter_tells_of_ignore(memory_url: str) -> None:
+    """A parameter the run was started without (added to the function since): the error
+    says ignore= resumes the run, and it does; not said when the run has the argument."""
+    before, after = _versions([])
+    assert checkpointed(store=memory_url, run_id="job-new")(before)(3) == 3
+    with pytest.raises(RunMismatchError) as err:
+        checkpointed(store=memory_url, run_id="job-new")(after)(3, 1)
+    assert "'extra' (absent in the run, 1 in this call)" in str(err.value)
+    assert "ignore=('extra',)" in str(err.value)
+    assert checkpointed(store=memory_url, run_id="job-new", ignore=("extra",))(after)(3, 1) == 3
+    with pytest.raises(RunMismatchError) as err:
+        checkpointed(store=memory_url, run_id="job-new")(before)(4)
+    assert "ignore=" not in str(err.value)
+
+
+def test_an_ignored_parameter_added_since_at_none_keeps_the_stored_result(
+        memory_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A completed run, then its function with a new ignored parameter: left at None it
+    is what the run was made without, so the stored result answers; another value is a
+    change, and the run is extended from its last checkpoint."""
+    calls: list[Any] = []
+    before, after = _versions(calls)
     assert checkpointed(store=memory_url, run_id="job-added")(before)(3) == 3
     f = checkpointed(store=memory_url, run_id="job-added", ignore=("extra",))(after)
     with caplog.at_level("INFO", logger="resumable"):
@@ -547,7 +539,7 @@ def test_an_ignored_parameter_added_since_at_none_keeps_the_stored_result(
     assert calls == [3] and "extending" not in caplog.text, caplog.text
     with caplog.at_level("INFO", logger="resumable"):
         assert f(3, 5) == 3
-    assert calls == [3, 3] and "extra: ? -> 5" in caplog.text, caplog.text
+    assert calls == [3, (3, 5)] and "extra: ? -> 5" in caplog.text, caplog.text
 
 
 class _LooksLikeNone(float):
@@ -561,23 +553,7 @@ def test_an_added_parameter_is_a_change_unless_it_is_none_and_the_run_is_known(
     """The rule above judges the value (not how it is shown), and only with the run's
     identity read and verified: otherwise the run is extended, as before it."""
     calls: list[Any] = []
-
-    def before(n: int, *, state: Any = None) -> Any:
-        state = state or 0
-        while state < n:
-            state += 1
-            yield state
-        return state
-
-    def after(n: int, extra: Any = None, *, state: Any = None) -> Any:
-        calls.append(extra)
-        state = state or 0
-        while state < n:
-            state += 1
-            yield state
-        return state
-
-    after.__qualname__ = before.__qualname__
+    before, after = _versions(calls)
     store = tmp_path / "store"
     assert checkpointed(store=str(store), run_id="job")(before)(3) == 3
     extra: Any = None
@@ -587,7 +563,7 @@ def test_an_added_parameter_is_a_change_unless_it_is_none_and_the_run_is_known(
         record = store / "job" / "identity"
         record.write_bytes(b"junk" + record.read_bytes()[4:])
     checkpointed(store=str(store), run_id="job", ignore=("extra",))(after)(3, extra)
-    assert calls == [extra]
+    assert calls == [3, (3, extra)]
 
 
 def test_env_run_id_with_other_arguments_raises_before_resuming(
