@@ -13,6 +13,7 @@ from typing import Any
 from .. import _settings
 from .._decorator import checkpointed
 from .._errors import ConfigurationError, RunMismatchError
+from .._identity import ignore_names
 from .._progress import Bar
 from .._run import IDENTITY
 from ..stores._base import head_of
@@ -132,7 +133,7 @@ def run_checkpointed(
         def on_fresh() -> None:
             if not told:
                 told.append(True)
-                _tell_of_a_run_without_the_seed(name, body, options, arguments)
+                _tell_of_a_run_without_the_seed(name, body, options, run, arguments)
 
     run = checkpointed(**options)(_function(name, body, arguments, on_fresh))
     try:
@@ -165,24 +166,24 @@ def _function(name: str, body: Callable[[Any], Generator[Any, None, Any]],
     return gen
 
 
-def _ignored(options: Mapping[str, Any]) -> list[str]:
-    names = options.get("ignore") or ()
-    return [names] if isinstance(names, str) else list(names)
+def _ignored(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The part names ``ignore=`` gives (a name or names), as the decorator reads them."""
+    return ignore_names(options.get("ignore") or ())
 
 
 def _tell_of_a_run_without_the_seed(name: str, body: Callable[[Any], Generator[Any, None, Any]],
-                                    options: Mapping[str, Any],
+                                    options: Mapping[str, Any], run: Any,
                                     arguments: Mapping[str, Any]) -> None:
-    """At a fresh start: a warning if the same call without numpy's seed has a run (one
-    started before numpy's seed was a part, or by a process that drew from numpy before
-    the call, so its seed was not recognised). It may be this run, or another."""
+    """At a fresh start of ``run`` (the call's checkpointed function): a warning if the
+    same call without numpy's seed has a run (one started before numpy's seed was a part,
+    or by a process that drew from numpy before the call, so its seed was not
+    recognised). It may be this run, or another."""
     rest = {k: v for k, v in arguments.items() if k != NUMPY_SEED}
     try:
-        fn = checkpointed(**options)
-        other = fn(_function(name, body, rest))._run((), rest)[0]
+        other = checkpointed(**options)(_function(name, body, rest))._run((), rest)[0]
         if head_of(other.store, other.key(IDENTITY), 1) is None:  # (not read, not verified)
             return
-        ours = fn(_function(name, body, arguments))._run((), dict(arguments))[0]
+        ours = run._run((), dict(arguments))[0]
     except Exception as err:  # only a warning depends on it: never the body's failure
         log.debug("%s: could not look for a run without numpy's seed: %s", name, err)
         return
@@ -217,8 +218,7 @@ def _check_ignorable(name: str, options: Mapping[str, Any], arguments: Mapping[s
     """``ignore=`` names parts, and only parts the integration can leave out: one whose
     new value a resumed run would not use (a library that restores it from the
     checkpoint) would otherwise be ignored silently."""
-    names = options.get("ignore") or ()
-    for part in ([names] if isinstance(names, str) else list(names)):
+    for part in _ignored(options):
         if part not in arguments:
             raise ConfigurationError(
                 f"{name}: ignore names {part!r}, which is not a part of this run's identity; "
