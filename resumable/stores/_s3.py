@@ -268,28 +268,48 @@ def _read_listing_tree(body: bytes) -> dict[str, Any]:
 
 # the XML declarations of a UTF-8 page (lower case, double quotes), or none
 _PLAIN_DECLARATIONS = (b'<?xml version="1.0" encoding="utf-8"?>', b'<?xml version="1.0"?>')
-_ENTRY_FIELDS, _PAGE_FIELDS = (
-    tuple((b"<" + t + b">", b"<" + t, b"</" + t + b">") for t in tags)
-    for tags in ((b"Key", b"Size", b"LastModified"),
-                 (b"EncodingType", b"IsTruncated", b"NextContinuationToken")))
+_PAGE_FIELDS = tuple((b"<" + t + b">", b"<" + t, b"</" + t + b">")
+                     for t in (b"EncodingType", b"IsTruncated", b"NextContinuationToken"))
 _PLAIN_ROOTS = {b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">': 1,
                 b"<ListBucketResult>": 0}  # -> how many xmlns the page may hold
+_WS = rb"[ \t\r\n]*"  # (XML's whitespace)
+
+
+def _other_element(i: int) -> bytes:
+    """An element of an entry that is not a field the store reads (ETag, StorageClass,
+    Owner...), holding text, or elements holding text; followed by whitespace."""
+    return (rb"<(?!(?:Key|Size|LastModified|Contents)>)(?P<o%d>\w+)>"
+            rb"(?:[^<]*|(?:%s<(?P<i%d>\w+)>[^<]*</(?P=i%d)>)*%s)</(?P=o%d)>%s"
+            % (i, _WS, i, i, _WS, i, _WS))
+
+
+# One <Contents> as S3 servers write it: Key, LastModified and Size, once each and in
+# that order (AWS's, rclone's, moto's, MinIO's), other elements anywhere between them,
+# no attributes, entities only where the store does not read, whitespace after it.
+_ENTRY = re.compile(
+    rb"(?P<entry><Contents>%s(?:%s)*<Key>(?P<key>[^<&\r]*)</Key>%s(?:%s)*"
+    rb"<LastModified>(?P<modified>[^<&\r]*)</LastModified>%s(?:%s)*"
+    rb"<Size>(?P<size>[^<]*)</Size>%s(?:%s)*</Contents>%s)"
+    % (_WS, _other_element(0), _WS, _other_element(1), _WS, _other_element(2), _WS,
+       _other_element(3), _WS))
+_ENTRY_GROUPS = tuple(_ENTRY.groupindex[g] - 1 for g in ("entry", "key", "modified", "size"))
 
 
 def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
-    """A page as AWS, rclone, moto and MinIO send it, read with ``bytes.find``; None for
-    any page not exactly of that shape, which ElementTree then reads.
+    """A page as AWS, rclone, moto and MinIO send it, read with one regular expression
+    over its entries; None for any page not exactly of that shape, which ElementTree
+    then reads.
 
     Faster than ElementTree by more than its parse: a tree of ~8,000 elements per page
     sets off the garbage collector's full passes over the whole process (90 of the
-    150 ms that 5 pages of 1,000 took in `ls` here). The shape: the XML declaration or
+    150 ms that 5 pages of 1,000 took in `ls` here), and faster than reading each entry
+    with ``bytes.find`` (28 against 9 ms a page). The shape: the XML declaration or
     none, the S3 namespace as the only (default) one, no comments, CDATA, DOCTYPE or
     processing instructions, URL-encoded keys (``EncodingType=url``, which the store
-    asks for: no entities or carriage returns in them), each entry a ``<Contents>``
-    with one Key, one Size and one LastModified as its own children (not inside another
-    element), and the page fields once each, children of the root, with no entity in
-    them. The page must be well-formed: expat (ElementTree's own parser) checks it,
-    with no handlers, so it builds nothing.
+    asks for: no entities or carriage returns in them), the entries one after another
+    as ``_ENTRY`` reads them, children of the root, and the page fields once each,
+    children of the root, with no entity in them. The page must be well-formed: expat
+    (ElementTree's own parser) checks it, with no handlers, so it builds nothing.
     """
     try:
         # (the declaration, if any, must be the very first bytes; whitespace may follow)
@@ -319,33 +339,26 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
                 fields[spec[1][1:]] = value[0]
         if fields.get(b"EncodingType") != b"url":
             return None
-        n = body.count(b"<Contents>")
-        if body.count(b"<Contents") != n or body.count(b"</Contents>") != n:
+        n = body.count(b"<Contents")
+        close = body.rindex(b"</ListBucketResult>")
+        first = end = close
+        if n:
+            first = body.find(b"<Contents>", inside, close)
+            if first < 0:
+                return None
+            end = body.rindex(b"</Contents>", first, close) + len(b"</Contents>")
+        rows = _ENTRY.findall(body, first, end) if n else []
+        entry, key, modified, size = _ENTRY_GROUPS
+        # Every <Contents> starts an entry read, the entries read follow one another
+        # from the first to the last, and what comes before and after them is closed
+        # again: so each is a child of the root, and none is inside another element.
+        if (len(rows) != n or sum(len(row[entry]) for row in rows) != end - first
+                or not _closed(body, inside, first) or not _closed(body, end, close)):
             return None
-        contents: list[dict[str, Any]] = []
-        find = body.find
-        at = inside
-        for _ in range(n):
-            o = find(b"<Contents>", at)
-            i, end = o + 10, find(b"</Contents>", o)
-            # a child of the root (what comes before it is closed again), holding no
-            # <Contents> of its own
-            if (end < 0 or find(b"<Contents", i, end) >= 0
-                    or (find(b"<", at, o) >= 0 and not _closed(body, at, o))):
-                return None
-            values = _children_text(body, _ENTRY_FIELDS, i, end)
-            if values is None:
-                return None
-            raw, size, modified = values
-            if b"&" in raw:
-                return None
-            key = raw.decode()
-            contents.append({"Key": unquote_plus(key) if b"%" in raw or b"+" in raw else key,
-                             "Size": int(size),
-                             "LastModified": _parse_timestamp(modified.decode())})
-            at = end + 11
-        if not _closed(body, at, body.rindex(b"</ListBucketResult>")):
-            return None
+        contents = [{"Key": unquote_plus(k) if "%" in k or "+" in k else k,
+                     "Size": int(row[size]),
+                     "LastModified": _parse_timestamp(row[modified].decode())}
+                    for row in rows for k in (row[key].decode(),)]
         parsed: dict[str, Any] = {"IsTruncated": fields.get(b"IsTruncated") == b"true"}
         if contents:
             parsed["Contents"] = contents
@@ -361,8 +374,7 @@ def _children_text(body: bytes, fields: tuple[tuple[bytes, bytes, bytes], ...], 
     """The text of each of ``fields`` ((``<tag>``, ``<tag``, ``</tag>``)) in
     ``body[start:end]``, each the one element of its name there and a child of the
     element whose content that is (not inside another element): None if one is missing,
-    there twice, with attributes or children, or deeper down. (One call per entry: this
-    runs a thousand times per page.)"""
+    there twice, with attributes or children, or deeper down."""
     find, count = body.find, body.count
     values = []
     for opening, name, closing in fields:
