@@ -8,10 +8,14 @@ and a page the plain reader declines must still be read, or refused, by the tree
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
 from xml.etree import ElementTree
@@ -155,6 +159,56 @@ def test_a_field_inside_another_element_of_an_entry_is_not_the_entrys() -> None:
     plain = _s3._read_plain_listing(body)
     assert plain == _s3._read_listing_tree(body)
     assert plain is not None and [e["Size"] for e in plain["Contents"]] == [1, 2]
+
+
+def _entry(key: bytes, after_size: bytes = b"") -> bytes:
+    return (b"<Contents><Key>" + key + b"</Key><LastModified>" + _T.encode()
+            + b"</LastModified><Size>1</Size>" + after_size + b"</Contents>")
+
+
+_HEAD = _DECL.encode() + _ROOT.encode()
+
+
+@pytest.mark.parametrize("body", [
+    # ("/>" is legal in text, and counting tags took it for the end of an element)
+    pytest.param(_HEAD + b"<IsTruncated>false</IsTruncated>"
+                 + _entry(b"x/>", b"<EncodingType>url</EncodingType>") + _entry(b"a%2Bb+c")
+                 + b"</ListBucketResult>", id="encoding-type-in-an-entry-after-a-key-with-/>"),
+    pytest.param(_HEAD + b"<IsTruncated>false</IsTruncated>"
+                 + _entry(b"x", b"<ETag>x/></ETag><EncodingType>url</EncodingType>")
+                 + _entry(b"a%2Bb+c") + b"</ListBucketResult>",
+                 id="encoding-type-in-an-entry-after-an-etag-with-/>"),
+    pytest.param(_HEAD + b"<EncodingType>url</EncodingType>" + _entry(b"x/>")
+                 + b"<W><IsTruncated>true</IsTruncated><NextContinuationToken>t"
+                 b"</NextContinuationToken></W></ListBucketResult>",
+                 id="page-fields-inside-another-element-after-the-entries"),
+])
+def test_page_fields_are_the_roots_own(body: bytes) -> None:
+    """EncodingType, IsTruncated and NextContinuationToken count only as children of the
+    root, as ElementTree reads them: inside an entry or another element they are not the
+    page's (keys left encoded, no next page), whatever text comes before them."""
+    tree = _s3._read_listing_tree(body)
+    assert _s3._read_plain_listing(body) in (None, tree)
+    merged: dict[str, Any] = {}
+    _s3._parse_listing({"status_code": 200, "body": body}, merged)
+    assert merged == tree
+
+
+def test_a_page_that_almost_matches_is_declined_in_linear_time() -> None:
+    """Empty elements in an entry whose fields are in another order: each could be read
+    two ways, so a backtracking expression tried 2**k readings before declining (20 s
+    at k = 24). The reading runs in a child process, so a hang fails the test instead
+    of the suite; it declines in milliseconds."""
+    body = _HEAD + (b"<EncodingType>url</EncodingType><Contents>" + b"<a></a>" * 60
+                    + b"<Key>a</Key><Size>1</Size><LastModified>" + _T.encode()
+                    + b"</LastModified></Contents></ListBucketResult>")
+    code = ("import sys; from resumable.stores import _s3; "
+            "print(_s3._read_plain_listing(sys.stdin.buffer.read()))")
+    here = str(Path(_s3.__file__).resolve().parents[2])  # (this resumable, in the child)
+    done = subprocess.run([sys.executable, "-c", code], input=body, capture_output=True,
+                          timeout=300, check=True, env={**os.environ, "PYTHONPATH": here})
+    assert done.stdout.strip() == b"None"
+    assert _s3._read_listing_tree(body)["Contents"][0]["Key"] == "a"
 
 
 @pytest.mark.parametrize("body", [

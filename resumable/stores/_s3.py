@@ -214,7 +214,7 @@ def _parse_listing(response_dict: dict[str, Any], customized_response_dict: dict
 
     botocore walks its shape model for every element: about 25 ms per 1,000 objects here,
     most of `resumable ls` on a store of 1,000 runs. A page in the shape S3 servers send
-    it is read with ``bytes.find`` (``_read_plain_listing``); any other page with
+    it is read with regular expressions (``_read_plain_listing``); any other page with
     ElementTree. The fields the store reads (Key, Size, LastModified, IsTruncated,
     NextContinuationToken) go into ``customized_response_dict``, which botocore merges
     into its result, and the body it then parses is an empty listing. Keys are
@@ -268,37 +268,62 @@ def _read_listing_tree(body: bytes) -> dict[str, Any]:
 
 # the XML declarations of a UTF-8 page (lower case, double quotes), or none
 _PLAIN_DECLARATIONS = (b'<?xml version="1.0" encoding="utf-8"?>', b'<?xml version="1.0"?>')
-_PAGE_FIELDS = tuple((b"<" + t + b">", b"<" + t, b"</" + t + b">")
-                     for t in (b"EncodingType", b"IsTruncated", b"NextContinuationToken"))
 _PLAIN_ROOTS = {b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">': 1,
                 b"<ListBucketResult>": 0}  # -> how many xmlns the page may hold
-_WS = rb"[ \t\r\n]*"  # (XML's whitespace)
+_WS = rb"[ \t\r\n]*+"  # (XML's whitespace)
+# The content of an element the reader skips: text, or elements holding text (Owner's
+# ID and DisplayName), with whitespace between them. The two never match the same
+# bytes, and nothing gives back what it took (possessive), so a match is linear.
+_SKIPPED = rb"(?:[^<]++|(?:%s<(?P<i%%d>\w+)>[^<]*+</(?P=i%%d)>)++%s)?+" % (_WS, _WS)
 
 
 def _other_element(i: int) -> bytes:
     """An element of an entry that is not a field the store reads (ETag, StorageClass,
-    Owner...), holding text, or elements holding text; followed by whitespace."""
-    return (rb"<(?!(?:Key|Size|LastModified|Contents)>)(?P<o%d>\w+)>"
-            rb"(?:[^<]*|(?:%s<(?P<i%d>\w+)>[^<]*</(?P=i%d)>)*%s)</(?P=o%d)>%s"
-            % (i, _WS, i, i, _WS, i, _WS))
+    Owner...), followed by whitespace."""
+    return (rb"<(?!(?:Key|Size|LastModified|Contents)>)(?P<o%d>\w+)>" % i
+            + _SKIPPED % (i, i) + rb"</(?P=o%d)>%s" % (i, _WS))
+
 
 
 # One <Contents> as S3 servers write it: Key, LastModified and Size, once each and in
 # that order (AWS's, rclone's, moto's, MinIO's), other elements anywhere between them,
-# no attributes, entities only where the store does not read, whitespace after it.
+# no attributes, no entity in the three fields read, whitespace after it. An entry in
+# another order is declined (ElementTree reads it).
 _ENTRY = re.compile(
-    rb"(?P<entry><Contents>%s(?:%s)*<Key>(?P<key>[^<&\r]*)</Key>%s(?:%s)*"
-    rb"<LastModified>(?P<modified>[^<&\r]*)</LastModified>%s(?:%s)*"
-    rb"<Size>(?P<size>[^<]*)</Size>%s(?:%s)*</Contents>%s)"
+    rb"(?P<entry><Contents>%s(?:%s)*+<Key>(?P<key>[^<&\r]*+)</Key>%s(?:%s)*+"
+    rb"<LastModified>(?P<modified>[^<&\r]*+)</LastModified>%s(?:%s)*+"
+    rb"<Size>(?P<size>[^<&]*+)</Size>%s(?:%s)*+</Contents>%s)"
     % (_WS, _other_element(0), _WS, _other_element(1), _WS, _other_element(2), _WS,
        _other_element(3), _WS))
 _ENTRY_GROUPS = tuple(_ENTRY.groupindex[g] - 1 for g in ("entry", "key", "modified", "size"))
+# A child of the root other than an entry (Name, Prefix, IsTruncated...), and its text
+# when it holds no element.
+_ROOT_CHILD = re.compile(
+    rb"%s<(?!Contents>)(?P<name>\w+)>(?:(?P<text>[^<]*+)|%s)</(?P=name)>%s"
+    % (_WS, (rb"(?:%s<(?P<i0>\w+)>[^<]*+</(?P=i0)>)++%s" % (_WS, _WS)), _WS))
+_PAGE_FIELDS = (b"EncodingType", b"IsTruncated", b"NextContinuationToken")
+
+
+def _root_fields(body: bytes, start: int, end: int, into: dict[bytes, bytes]) -> bool:
+    """Read the root's children in ``body[start:end]`` into ``into`` (name -> text of the
+    page fields); False unless they fill it exactly, each page field once."""
+    at = start
+    while at < end:
+        m = _ROOT_CHILD.match(body, at, end)
+        if m is None:
+            return body[at:end].strip(b" \t\r\n") == b""
+        name, text = m["name"], m["text"]
+        if name in _PAGE_FIELDS:
+            if name in into or text is None or b"&" in text or b"\r" in text:
+                return False
+            into[name] = text
+        at = m.end()
+    return True
 
 
 def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
-    """A page as AWS, rclone, moto and MinIO send it, read with one regular expression
-    over its entries; None for any page not exactly of that shape, which ElementTree
-    then reads.
+    """A page as AWS, rclone, moto and MinIO send it, read with regular expressions; None
+    for any page not exactly of that shape, which ElementTree then reads.
 
     Faster than ElementTree by more than its parse: a tree of ~8,000 elements per page
     sets off the garbage collector's full passes over the whole process (90 of the
@@ -306,10 +331,11 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
     with ``bytes.find`` (28 against 9 ms a page). The shape: the XML declaration or
     none, the S3 namespace as the only (default) one, no comments, CDATA, DOCTYPE or
     processing instructions, URL-encoded keys (``EncodingType=url``, which the store
-    asks for: no entities or carriage returns in them), the entries one after another
-    as ``_ENTRY`` reads them, children of the root, and the page fields once each,
-    children of the root, with no entity in them. The page must be well-formed: expat
-    (ElementTree's own parser) checks it, with no handlers, so it builds nothing.
+    asks for: no entities or carriage returns in them), and in the root: its other
+    children (``_ROOT_CHILD``, the page fields among them once each, with no entity),
+    the entries one after another (``_ENTRY``), then more of its other children. The
+    page must be well-formed: expat (ElementTree's own parser) checks it, with no
+    handlers, so it builds nothing.
     """
     try:
         # (the declaration, if any, must be the very first bytes; whitespace may follow)
@@ -327,33 +353,23 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         # but with no handler: nothing is built, so no Python object per element.
         expat.ParserCreate(namespace_separator="}").Parse(body, True)
         inside = len(body) - len(start) + len(root)  # where the root's content begins
-        fields: dict[bytes, bytes] = {}
-        for spec in _PAGE_FIELDS:
-            found = body.count(spec[1])
-            if found > 1:
-                return None
-            if found:
-                value = _children_text(body, (spec,), inside, len(body))
-                if value is None or b"&" in value[0]:
-                    return None
-                fields[spec[1][1:]] = value[0]
-        if fields.get(b"EncodingType") != b"url":
-            return None
-        n = body.count(b"<Contents")
         close = body.rindex(b"</ListBucketResult>")
-        first = end = close
-        if n:
-            first = body.find(b"<Contents>", inside, close)
-            if first < 0:
-                return None
-            end = body.rindex(b"</Contents>", first, close) + len(b"</Contents>")
+        n = body.count(b"<Contents")
+        first = body.find(b"<Contents>", inside, close) if n else close
+        if first < 0:
+            return None
+        end = body.rindex(b"</Contents>", first, close) + len(b"</Contents>") if n else close
         rows = _ENTRY.findall(body, first, end) if n else []
         entry, key, modified, size = _ENTRY_GROUPS
-        # Every <Contents> starts an entry read, the entries read follow one another
-        # from the first to the last, and what comes before and after them is closed
-        # again: so each is a child of the root, and none is inside another element.
+        fields: dict[bytes, bytes] = {}
+        # The root holds its other children, then the entries one after another (every
+        # <Contents> starts one, and they fill the region from the first to the last),
+        # then more of its other children: so each entry and each page field read is
+        # a child of the root.
         if (len(rows) != n or sum(len(row[entry]) for row in rows) != end - first
-                or not _closed(body, inside, first) or not _closed(body, end, close)):
+                or not _root_fields(body, inside, first, fields)
+                or not _root_fields(body, end, close, fields)
+                or fields.get(b"EncodingType") != b"url"):
             return None
         contents = [{"Key": unquote_plus(k) if "%" in k or "+" in k else k,
                      "Size": int(row[size]),
@@ -367,44 +383,6 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         return parsed
     except Exception:  # (a time botocore cannot parse raises what it likes)
         return None
-
-
-def _children_text(body: bytes, fields: tuple[tuple[bytes, bytes, bytes], ...], start: int,
-                   end: int) -> list[bytes] | None:
-    """The text of each of ``fields`` ((``<tag>``, ``<tag``, ``</tag>``)) in
-    ``body[start:end]``, each the one element of its name there and a child of the
-    element whose content that is (not inside another element): None if one is missing,
-    there twice, with attributes or children, or deeper down."""
-    find, count = body.find, body.count
-    values = []
-    for opening, name, closing in fields:
-        p = find(opening, start, end)
-        if p < 0 or find(name, start, p) >= 0:  # (none, or a <Key/> before it)
-            return None
-        text = p + len(opening)
-        q = find(closing, text, end)
-        if q < 0 or find(name, q, end) >= 0 or find(b"<", text, q) >= 0:
-            return None  # (not closed, twice, or holding an element)
-        if find(b"<", start, p) >= 0:  # all before it closed again? (_closed, inline)
-            closes = count(b"</", start, p)
-            if count(b"<", start, p) - closes != closes + count(b"/>", start, p):
-                return None
-        value = body[text:q]
-        if b"\r" in value:  # (XML reads "\r" as "\n")
-            return None
-        values.append(value)
-    return values
-
-
-def _closed(body: bytes, start: int, end: int) -> bool:
-    """Whether every element that starts in ``body[start:end]`` also ends there (and no
-    other ends), by counting tags: exact on a well-formed page, where a region that
-    starts and ends at the same depth cannot dip below it in between."""
-    if body.find(b"<", start, end) < 0:
-        return True
-    closes = body.count(b"</", start, end)
-    opens = body.count(b"<", start, end) - closes
-    return opens == closes + body.count(b"/>", start, end)
 
 
 def _no_second_parse_of_listings(client: Any) -> None:
