@@ -1,8 +1,8 @@
 """Listing pages read without a tree (``_read_plain_listing``), and read alike.
 
-A ListObjectsV2 page in the shape S3 servers send is read with ``bytes.find``; any other
-page goes to ElementTree, as before. The two must agree on every page the plain reader
-accepts, the real servers' pages must take the plain path (or it would be dead code),
+A ListObjectsV2 page in the shape S3 servers send is read with regular expressions; any
+other page goes to ElementTree, as before. The two must agree on every page the plain
+reader accepts, the real servers' pages must take the plain path (or it would be dead code),
 and a page the plain reader declines must still be read, or refused, by the tree.
 """
 
