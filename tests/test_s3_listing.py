@@ -46,7 +46,8 @@ def _page(entries: list[tuple[str, int, str]], *, truncated: bool = False,
                 f"<LastModified>{modified}</LastModified>", f"<Size>{size}</Size>"]
         parts = [*read, "<ETag>&quot;0cc175b9c0f1b6a831c399e269772661&quot;</ETag>",
                  "<StorageClass>STANDARD</StorageClass>",
-                 "<Owner><ID>o&lt;1&gt;</ID><DisplayName>me</DisplayName></Owner>"]
+                 f"<Owner>{sep}<ID>o&lt;1&gt;</ID>{sep}<DisplayName>me</DisplayName>{sep}"
+                 "</Owner>"]
         rng.shuffle(parts)
         if s3_order:
             where = sorted(parts.index(field) for field in read)

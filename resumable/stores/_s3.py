@@ -270,11 +270,14 @@ def _read_listing_tree(body: bytes) -> dict[str, Any]:
 _PLAIN_DECLARATIONS = (b'<?xml version="1.0" encoding="utf-8"?>', b'<?xml version="1.0"?>')
 _PLAIN_ROOTS = {b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">': 1,
                 b"<ListBucketResult>": 0}  # -> how many xmlns the page may hold
-_WS = rb"[ \t\r\n]*+"  # (XML's whitespace)
-# The content of an element the reader skips: text, or elements holding text (Owner's
-# ID and DisplayName), with whitespace between them. The two never match the same
-# bytes, and nothing gives back what it took (possessive), so a match is linear.
-_SKIPPED = rb"(?:[^<]++|(?:%s<(?P<i%%d>\w+)>[^<]*+</(?P=i%%d)>)++%s)?+" % (_WS, _WS)
+_WS = rb"(?>[ \t\r\n]*)"  # (XML's whitespace)
+# The expressions below never give back what an atomic group (?>...) took, so a match
+# or a failure costs time linear in the page. (Atomic groups, not possessive
+# quantifiers: CPython 3.11.0-3.11.4 never match a possessive repeat of a subpattern
+# that can backtrack, gh-106052, and every page would go to ElementTree.)
+# The content of an element the reader skips: elements holding text (Owner's ID and
+# DisplayName) with whitespace around them, tried first, or else text.
+_SKIPPED = rb"(?>(?:%s<(?P<i%%d>\w+)>(?>[^<]*)</(?P=i%%d)>)+%s|[^<]+)?" % (_WS, _WS)
 
 
 def _other_element(i: int) -> bytes:
@@ -284,23 +287,22 @@ def _other_element(i: int) -> bytes:
             + _SKIPPED % (i, i) + rb"</(?P=o%d)>%s" % (i, _WS))
 
 
-
 # One <Contents> as S3 servers write it: Key, LastModified and Size, once each and in
 # that order (AWS's, rclone's, moto's, MinIO's), other elements anywhere between them,
 # no attributes, no entity in the three fields read, whitespace after it. An entry in
 # another order is declined (ElementTree reads it).
 _ENTRY = re.compile(
-    rb"(?P<entry><Contents>%s(?:%s)*+<Key>(?P<key>[^<&\r]*+)</Key>%s(?:%s)*+"
-    rb"<LastModified>(?P<modified>[^<&\r]*+)</LastModified>%s(?:%s)*+"
-    rb"<Size>(?P<size>[^<&]*+)</Size>%s(?:%s)*+</Contents>%s)"
+    rb"(?P<entry><Contents>%s(?>(?:%s)*)<Key>(?P<key>(?>[^<&\r]*))</Key>%s(?>(?:%s)*)"
+    rb"<LastModified>(?P<modified>(?>[^<&\r]*))</LastModified>%s(?>(?:%s)*)"
+    rb"<Size>(?P<size>(?>[^<&]*))</Size>%s(?>(?:%s)*)</Contents>%s)"
     % (_WS, _other_element(0), _WS, _other_element(1), _WS, _other_element(2), _WS,
        _other_element(3), _WS))
 _ENTRY_GROUPS = tuple(_ENTRY.groupindex[g] - 1 for g in ("entry", "key", "modified", "size"))
 # A child of the root other than an entry (Name, Prefix, IsTruncated...), and its text
 # when it holds no element.
 _ROOT_CHILD = re.compile(
-    rb"%s<(?!Contents>)(?P<name>\w+)>(?:(?P<text>[^<]*+)|%s)</(?P=name)>%s"
-    % (_WS, (rb"(?:%s<(?P<i0>\w+)>[^<]*+</(?P=i0)>)++%s" % (_WS, _WS)), _WS))
+    rb"%s<(?!Contents>)(?P<name>\w+)>(?>(?:%s<(?P<i0>\w+)>(?>[^<]*)</(?P=i0)>)+%s"
+    rb"|(?P<text>[^<]*))</(?P=name)>%s" % (_WS, _WS, _WS, _WS))
 _PAGE_FIELDS = (b"EncodingType", b"IsTruncated", b"NextContinuationToken")
 
 
