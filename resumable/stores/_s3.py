@@ -275,9 +275,11 @@ _WS = rb"(?>[ \t\r\n]*)"  # (XML's whitespace)
 # or a failure costs time linear in the page. (Atomic groups, not possessive
 # quantifiers: CPython 3.11.0-3.11.4 never match a possessive repeat of a subpattern
 # that can backtrack, gh-106052, and every page would go to ElementTree.)
-# The content of an element the reader skips: elements holding text (Owner's ID and
-# DisplayName) with whitespace around them, tried first, or else text.
-_SKIPPED = rb"(?>(?:%s<(?P<i%%d>\w+)>(?>[^<]*)</(?P=i%%d)>)+%s|[^<]+)?" % (_WS, _WS)
+# Elements holding text (Owner's ID and DisplayName), with whitespace around them: the
+# content of an element that holds elements. (%d: a number for the group names.)
+_LEAVES = rb"(?:%s<(?P<i%%d>\w+)>(?>[^<]*)</(?P=i%%d)>)+%s" % (_WS, _WS)
+# The content of an element the reader skips: leaves, tried first, or else text.
+_SKIPPED = rb"(?>%s|[^<]+)?" % _LEAVES
 
 
 def _other_element(i: int) -> bytes:
@@ -301,8 +303,8 @@ _ENTRY_GROUPS = tuple(_ENTRY.groupindex[g] - 1 for g in ("entry", "key", "modifi
 # A child of the root other than an entry (Name, Prefix, IsTruncated...), and its text
 # when it holds no element.
 _ROOT_CHILD = re.compile(
-    rb"%s<(?!Contents>)(?P<name>\w+)>(?>(?:%s<(?P<i0>\w+)>(?>[^<]*)</(?P=i0)>)+%s"
-    rb"|(?P<text>[^<]*))</(?P=name)>%s" % (_WS, _WS, _WS, _WS))
+    rb"%s<(?!Contents>)(?P<name>\w+)>(?>%s|(?P<text>[^<]*))</(?P=name)>%s"
+    % (_WS, _LEAVES % (0, 0), _WS))
 _PAGE_FIELDS = (b"EncodingType", b"IsTruncated", b"NextContinuationToken")
 
 
@@ -361,7 +363,7 @@ def _read_plain_listing(body: bytes) -> dict[str, Any] | None:
         if first < 0:
             return None
         end = body.rindex(b"</Contents>", first, close) + len(b"</Contents>") if n else close
-        rows = _ENTRY.findall(body, first, end) if n else []
+        rows = _ENTRY.findall(body, first, end)  # (none when first == end == close)
         entry, key, modified, size = _ENTRY_GROUPS
         fields: dict[bytes, bytes] = {}
         # The root holds its other children, then the entries one after another (every
