@@ -6,9 +6,9 @@ one uploading, the newest one waiting). A pod sized for the state plus one copy 
 OOM-killed by the second. Now, when a due yield comes while a save runs (or waits to), the state's
 large buffers are written to one unlinked file in ``$RESUMABLE_SPILL_DIR`` (the system's
 temporary folder unless set) instead of a second buffer: a write into the page cache,
-as fast as the memory copy it replaces (64 MiB: 12.6 ms against 10.6 ms here), and page
-cache is memory the kernel can write out and take back, where a copy in the process's
-heap is not. When its turn comes, the upload reads the file into the buffers the save
+about twice the memory copy it replaces (64 MiB: 10.3 ms against 5.8 ms on the 2-core
+VM, ``benchmarks/memory_costs.py``), and page cache is memory the kernel can write out
+and take back, where a copy in the process's heap is not. When its turn comes, the upload reads the file into the buffers the save
 before it has just handed back, so the process holds one copy of the state, not two.
 
 Two files per call, reused: one can be read back by the upload while the loop writes

@@ -170,6 +170,17 @@ def test_resume_speed_quick(tmp_path: Path) -> None:
         assert finite(case["ratio"]) and case["target"] == 1.2
 
 
+
+def test_memory_costs_quick(tmp_path: Path) -> None:
+    doc = run_quick("memory_costs", tmp_path)
+    cases = {c["case"]: c for c in doc["cases"]}
+    assert set(cases) == {"first touch, fresh memory", "first touch, memory just freed",
+                          "copy into a reused buffer", "spill, file written before",
+                          "spill read back", "spill, new file"}
+    for c in cases.values():
+        assert c["runs"] == doc["config"]["runs"] == len(c["ms"])
+        assert c["ms_min"] <= c["ms_median"] <= c["ms_max"] and finite(c["ms_per_mib"])
+
 def _has_baseline() -> bool:
     proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q",
                            "4e2f920^{commit}"], capture_output=True)
