@@ -457,10 +457,13 @@ class _Execution:
         # Pending, not just busy: a save still waiting may be taken up by the upload
         # thread between this look and make_room, which then has nothing to take back,
         # and a copy made in memory would be a second one beside the uploading save's.
-        spill = (self.spill if (known_size >= _BIG and self.copies == 2 and self.every_yield
-                                and self.uploader.pending
-                                and not (force or self.terminate or self.synchronous))
-                 else None)
+        # While the upload thread rests (paced) with a save waiting, that save is held
+        # back and replaced in its own buffers (make_room): one copy, in memory, which
+        # costs the loop half of what a spill does and the upload no read back.
+        two_copies = (known_size >= _BIG and self.copies == 2 and self.every_yield
+                      and not (force or self.terminate or self.synchronous))
+        held = two_copies and self.uploader.hold_resting()
+        spill = self.spill if (two_copies and not held and self.uploader.pending) else None
         if known_size >= _POOLED:  # a save waiting holds buffers worth taking back first
             self.pool.make_room, self.pool.loop = make_room, threading.get_ident()
         started = time.perf_counter()
@@ -472,6 +475,8 @@ class _Execution:
             raise
         finally:
             self.pool.make_room = None
+            if held:
+                self.uploader.release_hold()
         self.fork_checked = True
         self.pickle_seconds = time.perf_counter() - started
         self.state_size = snap.size

@@ -47,6 +47,7 @@ class Uploader:
         self._waiting: Job | None = None
         self._on_drop: Job | None = None
         self._busy = False
+        self._held = False  # the loop is about to replace the save waiting: don't start it
         self._error: BaseException | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -64,6 +65,9 @@ class Uploader:
                     if self._waiting is None:
                         if self._closed:
                             return
+                        self._cond.wait()
+                        continue
+                    if self._held and not (self._urgent or self._closed):
                         self._cond.wait()
                         continue
                     pause = self._not_before - time.monotonic()
@@ -134,6 +138,26 @@ class Uploader:
             self.skipped += 1
         dropped()
         return True
+
+    def hold_resting(self) -> bool:
+        """Keep the save that waits from starting until ``release_hold``, if none runs.
+
+        For the loop, about to replace that save with a newer state: while the thread
+        rests (paced) the newer state can go into the waiting save's buffers, where a
+        save that started meanwhile would keep them and force a second copy. False when
+        a save runs or none waits. ``flush``, ``wait_idle`` and ``close`` are not held.
+        """
+        with self._cond:
+            if self._busy or self._waiting is None:
+                return False
+            self._held = True
+            return True
+
+    def release_hold(self) -> None:
+        with self._cond:
+            if self._held:
+                self._held = False
+                self._cond.notify_all()
 
     def wait_not_busy(self) -> None:
         """Wait until no save is running (one may wait, paced); raises nothing."""

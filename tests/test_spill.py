@@ -330,3 +330,89 @@ def test_a_snapshot_whose_read_back_failed_leaves_the_pool_its_buffers(tmp_path:
     snap.release()
     assert len(pool._free.get(SIZE, [])) == 1, pool._free  # the one not lent is kept
     spill.close()
+
+
+def test_a_yield_while_the_upload_rests_replaces_the_waiting_save_in_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """After a save the upload thread rests ($RESUMABLE_UPLOAD_DUTY), with the newest
+    state waiting. A newer yield then goes into the waiting save's buffers (which it
+    replaces): no spill file is opened, which costs the loop a write into the page cache
+    (twice a memory copy) and the upload a read back. The state an exception leaves is
+    still the last yielded one, and it is saved."""
+    from resumable import _uploader
+
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", str(spill_dir))
+    monkeypatch.setenv("RESUMABLE_UPLOAD_DUTY", "0.000001")  # rests 10^6 times a save
+    uploaders: list[_uploader.Uploader] = []
+    made = _uploader.Uploader.__init__
+
+    def recorded(self: _uploader.Uploader, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        uploaders.append(self)
+
+    monkeypatch.setattr(_uploader.Uploader, "__init__", recorded)
+    open_while_resting: list[int] = []
+
+    @checkpointed(store=str(tmp_path / "store"), run_id="rests", every="generation",
+                  keep=None)
+    def body(*, state: Any = None) -> Any:
+        for i in range(1, 6):
+            state = _state(i)
+            yield state
+            if i == 1:  # wait for the first save to end: the thread rests from then on
+                up = uploaders[-1]
+                with up._cond:
+                    assert up._cond.wait_for(
+                        lambda up=up: not up._busy and up._waiting is None, timeout=120)
+            elif i >= 3:  # a save (the one before) waits while the thread rests
+                open_while_resting.append(_open_files_in(spill_dir))
+        raise RuntimeError("generation failed")
+
+    with pytest.raises(RuntimeError, match="generation failed"):
+        body()
+    assert open_while_resting == [0, 0, 0], "states waited in the spill file"
+    saved = _checkpoints(tmp_path / "store", "rests")
+    assert sorted(saved) == [1, 5], sorted(saved)  # the first, and the exception's
+    for step, state in saved.items():
+        assert state["i"] == step
+        assert np.array_equal(state["array"], np.full(SIZE // 8, float(step)))
+
+
+def test_a_held_save_waits_for_its_release_but_not_a_flush() -> None:
+    """Uploader.hold_resting: only a save that waits while none runs is held; one held
+    is dropped by the loop or runs once released, and a flush (wait_idle) runs it
+    anyway, so an exit cannot hang on a hold."""
+    from resumable._uploader import Uploader
+
+    up = Uploader("held", duty=0.000001)
+    ran: list[str] = []
+    gate = threading.Event()
+    try:
+        assert not up.hold_resting(), "nothing waits"
+        started = threading.Event()
+        up.submit(lambda: (started.set(), gate.wait(60), ran.append("first")))
+        assert started.wait(60)
+        up.submit(lambda: ran.append("second"))  # waits behind the running one
+        assert not up.hold_resting(), "a save runs: nothing to hold it against"
+        gate.set()
+        up.wait_idle()
+        assert ran == ["first", "second"]
+        up.submit(lambda: ran.append("third"),  # waits: the thread rests after a save
+                  on_drop=lambda: ran.append("third dropped"))
+        assert up.hold_resting()
+        assert up.drop_waiting(), "a held save is the loop's to take back"
+        up.release_hold()
+        up.submit(lambda: ran.append("fourth"))
+        assert up.hold_resting()
+        flushed = threading.Thread(target=up.wait_idle)
+        flushed.start()
+        flushed.join(60)
+        assert not flushed.is_alive(), "wait_idle hung on a held save"
+        assert ran == ["first", "second", "third dropped", "fourth"]
+        up.release_hold()
+    finally:
+        gate.set()
+        up.close()
