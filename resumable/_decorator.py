@@ -468,7 +468,10 @@ class _Execution:
             self.pool.make_room, self.pool.loop = make_room, threading.get_ident()
         started = time.perf_counter()
         try:
-            snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill)
+            # A save runs: the one waiting cannot start before this state is spilled,
+            # and taken back first, its file is free for this state (one file, not two).
+            snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill,
+                                     room_first=self.uploader.busy)
         except BaseException as err:
             # A state that cannot be serialized: the last good state is still saved.
             self._flush_after_error(err)

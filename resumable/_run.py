@@ -725,6 +725,7 @@ class Run:
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
         copy_limit: float = float("inf"), spill: _spill.SpillFile | None = None,
+        room_first: bool = True,
     ) -> Snapshot:
         """Serialize ``state``; its large buffers are copied only up to ``copy_limit`` bytes.
 
@@ -732,6 +733,8 @@ class Run:
         state, valid only until the body resumes, so it must be written before that and
         never kept. With ``spill`` the buffers are written to that file instead of being
         copied (see ``_spill``), when it is free; they are read back at the upload.
+        ``room_first``: the pool makes room (takes back the save still waiting) before
+        the state is spilled, else after it (see below).
         """
         frames = dumps_views(self.serializer, state,
                              lambda: f"the state yielded at step {step} of run {self.where()}")
@@ -740,10 +743,19 @@ class Run:
                             pool=pool)
         size = sum(memoryview(f).nbytes for f in frames[1:])
         in_place = size > copy_limit
-        if pool is not None and not in_place and size >= _POOLED:
+        pooled = pool is not None and not in_place and size >= _POOLED
+        if pooled and pool is not None and (spill is None or room_first):
             pool.prepare()  # (nothing of a small state is pooled: no room to make)
         if spill is not None and not in_place:
-            spilled = spill.spill(step, frames, size)
+            # Not room_first: the save still waiting is taken back once this state is in
+            # its file, not before. The file's write lets go of the GIL, and an upload
+            # thread free to start that save then does (taken back first, a fast loop of
+            # a large state left it nothing to start, ever). Only if both files are
+            # taken (one read back, one that save's) is it taken back first.
+            spilled = spill.spill(step, frames, size,
+                                  make_room=pool.prepare if pooled and pool else None)
+            if pooled and pool is not None:
+                pool.prepare()
             if spilled is not None:
                 return Snapshot(step=step, frames=[b""], rng=rng, created=time.time(),
                                 pool=pool, forked=spilled, size=size)

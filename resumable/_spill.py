@@ -111,16 +111,22 @@ class SpillFile:
         # the file written before (its pages are in the page cache already) first
         return next((s for s in free if s.fd is not None), free[0] if free else None)
 
-    def spill(self, step: int, frames: Sequence[Any], size: int) -> Spilled | None:
+    def spill(self, step: int, frames: Sequence[Any], size: int,
+              make_room: Callable[[], Any] | None = None) -> Spilled | None:
         """Write ``frames[1:]`` (views of the live state) to a free file; the returned
         object reads them back. None if no file is free (something else holds both), or
-        writing failed (then spilling stays off for this call)."""
+        writing failed (then spilling stays off for this call). ``make_room`` takes back
+        the save still waiting, called here only if no file is free without that."""
         if not self.usable:
             return None
         with self._lock:
-            # Two states at most are in files: one waiting (let go of before this is
-            # called) and one that an upload reads back. Both taken means something else
-            # holds one: wait a little, then copy in memory.
+            slot = self._free_slot()
+        if slot is None and make_room is not None:
+            make_room()  # (outside the lock: a dropped spilled save lets go of its file)
+        with self._lock:
+            # Two states at most are in files: one waiting (let go of by make_room) and
+            # one that an upload reads back. Both taken means something else holds one:
+            # wait a little, then copy in memory.
             slot = self._free_slot()
             if slot is None and self._freed.wait_for(
                     lambda: self._free_slot() is not None, _OWNER_WAIT):

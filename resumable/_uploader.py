@@ -145,10 +145,14 @@ class Uploader:
         For the loop, about to replace that save with a newer state: while the thread
         rests (paced) the newer state can go into the waiting save's buffers, where a
         save that started meanwhile would keep them and force a second copy. False when
-        a save runs or none waits. ``flush``, ``wait_idle`` and ``close`` are not held.
+        a save runs or none waits, and when the rest is over: the thread is free to
+        start that save, and a loop that yields faster than the thread gets the GIL
+        back would otherwise hold it for good (no save started during a fast loop of a
+        large state). ``flush``, ``wait_idle`` and ``close`` are not held.
         """
         with self._cond:
-            if self._busy or self._waiting is None:
+            if (self._busy or self._waiting is None
+                    or self._not_before <= time.monotonic()):
                 return False
             self._held = True
             return True

@@ -416,3 +416,81 @@ def test_a_held_save_waits_for_its_release_but_not_a_flush() -> None:
     finally:
         gate.set()
         up.close()
+
+
+def test_a_save_whose_rest_is_over_is_not_held() -> None:
+    """Once the thread's rest is over it is free to start the save that waits, and a
+    hold would keep it from that: a loop that yields faster than the upload thread gets
+    the GIL back held every save it would have started, and none started at all."""
+    import time
+
+    from resumable._uploader import Uploader
+
+    up = Uploader("rest over", duty=0.5)  # rests as long as the save took
+    gate = threading.Event()
+    second = threading.Event()
+    try:
+        started = threading.Event()
+        up.submit(lambda: (started.set(), gate.wait(60)))
+        assert started.wait(60)
+        up.submit(second.set)  # waits behind the running one
+        gate.set()
+        up.wait_not_busy()  # the first has ended: the thread rests, or has started again
+        if up.hold_resting():  # still resting: held until that rest is over
+            rest_over = threading.Event()
+            while time.monotonic() <= up._not_before:
+                rest_over.wait(up._not_before - time.monotonic())
+            up.release_hold()
+        assert not up.hold_resting(), "a save the thread is free to start was held"
+        assert second.wait(60), "the waiting save never started"
+    finally:
+        gate.set()
+        up.release_hold()
+        up.close()
+
+
+def test_a_save_waiting_is_taken_back_after_the_newer_state_is_in_its_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The loop spills a newer state while a save waits: with no save running, that
+    save is taken back (make_room) only once the newer state is written, so an upload
+    thread free to start it can while the write lets go of the GIL (taken back first, a
+    fast loop of a large state left the thread nothing to start, and no save started
+    while the loop ran). With a save running it is taken back first (its file is then
+    free: one file, not two), and so it is when both files are taken."""
+    from resumable import _spill
+    from resumable._decorator import _RoomMakingPool
+
+    events: list[str] = []
+    write = _spill._write_frames
+
+    def writing(fd: int, frames: Any) -> list[int]:
+        events.append("write")
+        return write(fd, frames)
+
+    monkeypatch.setattr(_spill, "_write_frames", writing)
+    run = Run(open_store(tmp_path / "store"), "order")
+    spill = SpillFile(str(tmp_path), "test")
+    pool = _RoomMakingPool()
+    snaps = []
+
+    def snapshot(i: int, room_first: bool, make_room: Any = None) -> list[str]:
+        events.clear()
+        pool.make_room = make_room or (lambda: events.append("room") or True)
+        pool.loop = threading.get_ident()
+        snaps.append(run.snapshot(_state(i), i, None, pool, spill=spill,
+                                  room_first=room_first))
+        assert snaps[-1].forked is not None, "not spilled"
+        return events[:]
+
+    try:
+        assert snapshot(1, room_first=False) == ["write", "room"]
+        assert snapshot(2, room_first=True) == ["room", "write"]
+        # both files held (1 and 2): the waiting one (2) is let go of first, for its file
+        assert snapshot(3, room_first=False, make_room=lambda: (
+            events.append("room"), snaps[1].forked.cancel())) == ["room", "write"]
+        assert snaps[2].forked.slot is snaps[1].forked.slot
+        read = snaps[2].forked.collect(None)  # [pickle stream, the array's buffer]
+        assert np.array_equal(np.frombuffer(read[1], "<f8"), np.full(SIZE // 8, 3.0))
+    finally:
+        spill.close()
