@@ -462,6 +462,8 @@ class _Execution:
         # costs the loop half of what a spill does and the upload no read back.
         two_copies = (known_size >= _BIG and self.copies == 2 and self.every_yield
                       and not (force or self.terminate or self.synchronous))
+        if known_size >= _POOLED and not force:
+            self.uploader.let_start()  # before make_room could take that save back
         held = two_copies and self.uploader.hold_resting()
         spill = self.spill if (two_copies and not held and self.uploader.pending) else None
         if known_size >= _POOLED:  # a save waiting holds buffers worth taking back first

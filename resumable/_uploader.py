@@ -75,6 +75,7 @@ class Uploader:
                         break
                     self._cond.wait(pause)
                 job, self._waiting, self._on_drop, self._busy = self._waiting, None, None, True
+                self._cond.notify_all()  # (a loop in let_start waits for this)
             started = time.monotonic()
             error: BaseException | None = None
             try:
@@ -156,6 +157,20 @@ class Uploader:
                 return False
             self._held = True
             return True
+
+    def let_start(self, timeout: float = 0.1) -> None:
+        """If the thread is free to start the save that waits (none runs, its rest is
+        over, nothing holds it), wait until it has, letting go of the GIL, up to
+        ``timeout`` seconds. For the loop, before it takes that save back for a newer
+        state: a loop that holds the GIL from one yield to the next (pure-Python
+        generations) took every save back before the thread got the GIL to start it,
+        and no save started while it ran. Costs the loop the thread's wake-up, once
+        per save started."""
+        with self._cond:
+            if (self._busy or self._waiting is None or self._held or self._closed
+                    or self._thread is None or self._not_before > time.monotonic()):
+                return
+            self._cond.wait_for(lambda: self._busy or self._waiting is None, timeout)
 
     def release_hold(self) -> None:
         with self._cond:

@@ -160,10 +160,22 @@ def copy_frames(frames: Sequence[Buffer], alloc: Alloc | None = None) -> list[Bu
         if alloc is None:
             out.append(bytes(raw))
         else:
-            dst = alloc(memoryview(raw).nbytes)
-            memoryview(dst)[:] = raw
+            n = memoryview(raw).nbytes
+            dst = alloc(n)
+            np = sys.modules.get("numpy") if n >= _UNLOCKED_COPY else None
+            if np is not None:
+                # numpy copies without the GIL (a memoryview copy holds it): an upload
+                # thread that needs the GIL back for its next write gets it meanwhile,
+                # not after the switch interval and the whole copy. A loop that held
+                # the GIL from one yield to the next otherwise starved the upload.
+                np.copyto(np.frombuffer(dst, np.uint8), np.frombuffer(raw, np.uint8))
+            else:
+                memoryview(dst)[:] = raw
             out.append(dst)
     return out
+
+
+_UNLOCKED_COPY = 1 << 20  # frames from which a copy lets go of the GIL (with numpy)
 
 
 def loads_frames(serializer: Serializer, frames: Sequence[memoryview]) -> Any:
