@@ -181,6 +181,16 @@ def test_memory_costs_quick(tmp_path: Path) -> None:
         assert c["runs"] == doc["config"]["runs"] == len(c["ms"])
         assert c["ms_min"] <= c["ms_median"] <= c["ms_max"] and finite(c["ms_per_mib"])
 
+def test_fast_loop_saves_quick(tmp_path: Path) -> None:
+    doc = run_quick("fast_loop_saves", tmp_path)
+    cases = {(c["mode"], c["size_bytes"]) for c in doc["cases"]}
+    assert cases == {(m, 2 * 2**20) for m in ("spill file", "spill off", "one copy")}
+    for c in doc["cases"]:
+        assert c["yields"] == doc["config"]["yields"] == 100
+        assert c["saves_during"] == len(c["steps"]) and finite(c["seconds"])
+        assert all(1 <= s <= 100 for s in c["steps"])
+
+
 def _has_baseline() -> bool:
     proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q",
                            "4e2f920^{commit}"], capture_output=True)
