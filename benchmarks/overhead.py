@@ -29,9 +29,12 @@ Issue 13 sets the row at 10,000 individuals that take 36 ms to pickle; DEAP's ow
 take 2-4 times that here, and what the loop pays at ``every=10`` is the pickle's share of
 a generation, so by default the population is sized to the issue's 36 ms pickle
 (``--deap-pickle-ms``; about 4,000 individuals on the 2-core VM) and
-``--deap-individuals 10000`` gives the issue's count. On a local folder, with ``every=10`` and
-``every="generation"`` beside ``none``, each also with ``RESUMABLE_SNAPSHOT_FORK=1``
-(``every=10 fork``, ``every=generation fork``: a forked child pickles the population).
+``--deap-individuals 10000`` gives the issue's count. ``--deap-individual plain``
+replaces DEAP's classes with a list subclass holding its fitness values: 10,000 of those
+pickle in ~40 ms here, the issue's state in both count and pickle time. On a local
+folder, with ``every=10`` and ``every="generation"`` beside ``none``, each also with
+``RESUMABLE_SNAPSHOT_FORK=1`` (``every=10 fork``, ``every=generation fork``: a forked
+child pickles the population).
 For ``every="generation"`` the loop cannot pay less than its own snapshot (a pickle on
 its thread, unless forked), hence the bound ``1 + pickle / generation + 0.03``. Lag: at
 each yield, how many generations the newest durable checkpoint is behind (from the
@@ -138,10 +141,28 @@ def deap_classes() -> tuple[Any, Any]:
     return creator.BenchIndividual, creator.BenchFitness
 
 
-def make_deap_state(individuals: int, genes: int, seed: int) -> dict[str, Any]:
+class PlainIndividual(list):  # type: ignore[type-arg]
+    """DEAP-like without DEAP (``--deap-individual plain``): a list of floats and its
+    fitness values, as the issue's "10,000 individuals x 100 floats, 36 ms to pickle"
+    (DEAP's own classes take 3-4 times that for 10,000). ``fitness`` is the individual
+    itself, so that ``ind.fitness.values`` reads and writes as with DEAP."""
+
+    values: tuple[float, ...] = ()
+
+    @property
+    def fitness(self) -> PlainIndividual:
+        return self
+
+
+def individual_class(kind: str) -> Any:
+    return PlainIndividual if kind == "plain" else deap_classes()[0]
+
+
+def make_deap_state(individuals: int, genes: int, seed: int,
+                    kind: str = "deap") -> dict[str, Any]:
     import random
 
-    individual, _ = deap_classes()
+    individual = individual_class(kind)
     r = random.Random(seed)
     pop = []
     for _ in range(individuals):
@@ -155,14 +176,15 @@ class DeapWork:
     """One DEAP-style generation: a tenth of the population replaced by mutated
     offspring (new Individual objects, evaluated), then a calibrated numpy filler."""
 
-    def __init__(self, fill_units: int) -> None:
+    def __init__(self, fill_units: int, kind: str = "deap") -> None:
         import random
 
         self.filler = Work(fill_units)
         self.rng = random.Random(7)
+        self.kind = kind
 
     def population_step(self, state: dict[str, Any]) -> None:
-        individual, _ = deap_classes()
+        individual = individual_class(self.kind)
         r = self.rng
         pop = list(state["population"])
         n = len(pop)
@@ -182,9 +204,10 @@ class DeapWork:
         self.filler.fill()
 
 
-def calibrate_deap(individuals: int, genes: int, work_ms: float) -> dict[str, Any]:
-    w = DeapWork(0)
-    state = make_deap_state(individuals, genes, 1)
+def calibrate_deap(individuals: int, genes: int, work_ms: float,
+                   kind: str = "deap") -> dict[str, Any]:
+    w = DeapWork(0, kind)
+    state = make_deap_state(individuals, genes, 1, kind)
     samples = []
     for _ in range(4):
         t = time.thread_time()
@@ -206,13 +229,14 @@ def calibrate_deap(individuals: int, genes: int, work_ms: float) -> dict[str, An
             "pickle_ms": 1000 * statistics.median(pickles)}
 
 
-def deap_size_for(pickle_ms: float, genes: int, most: int = 10_000) -> dict[str, Any]:
+def deap_size_for(pickle_ms: float, genes: int, most: int = 10_000,
+                  kind: str = "deap") -> dict[str, Any]:
     """How many DEAP individuals take ``pickle_ms`` to pickle on this machine (<= most).
 
     Pickling time grows linearly with the population: measured at ``most`` individuals
     (median of 5, CPU time of this thread), scaled down.
     """
-    state = make_deap_state(most, genes, 1)
+    state = make_deap_state(most, genes, 1, kind)
     pickle.dumps(state, protocol=5)  # warm: first-use costs of the classes
     times = []
     for _ in range(5):
@@ -254,13 +278,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     logging.getLogger("resumable").setLevel(logging.ERROR)
     mode, store, size, gens = spec["mode"], spec["store"], spec["size_bytes"], spec["gens"]
     deap = spec.get("kind") == "deap"
-    work: Any = DeapWork(spec["fill_units"]) if deap else Work(spec["fill_units"])
+    work: Any = (DeapWork(spec["fill_units"], spec.get("individual", "deap")) if deap
+                 else Work(spec["fill_units"]))
     stamps: list[float] = []
     cpu_stamps: list[tuple[float, float]] = []  # (loop thread, whole process) CPU seconds
     walls: list[tuple[int, float]] = []  # (generation yielded, time.time()) for the lag
     rss_before = _common.current_rss_bytes()
     if deap:
-        state0 = make_deap_state(spec["individuals"], spec["genes"], spec["seed"])
+        state0 = make_deap_state(spec["individuals"], spec["genes"], spec["seed"],
+                                 spec.get("individual", "deap"))
     else:
         state0 = make_state(size, spec["seed"])
     rss_state = _common.current_rss_bytes()
@@ -410,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default {DEAP_PICKLE_MS:g}, issue 13's state; at most 10000 "
                          "individuals)")
     ap.add_argument("--calibrate-deap-size", help=argparse_hidden())
+    ap.add_argument("--deap-individual", choices=("deap", "plain"), default="deap",
+                    help="DEAP rows: DEAP's own creator classes (default), or plain: a "
+                         "list subclass with its fitness values, as the issue's "
+                         "DEAP-like state")
     ap.add_argument("--deap-generations", type=int, default=None,
                     help="DEAP rows: generations per block (default 30; --quick 12)")
     args = ap.parse_args(argv)
@@ -437,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # in a fresh process, as the blocks run
         deap_sizing = json.loads(subprocess.run(
             [sys.executable, __file__, "--calibrate-deap-size",
-             json.dumps([args.deap_pickle_ms, 100])],
+             json.dumps([args.deap_pickle_ms, 100, 10_000, args.deap_individual])],
             capture_output=True, text=True, env=_common.child_env(), check=True).stdout)
         deap_n = deap_sizing["individuals"]
     deap_gens = args.deap_generations or (12 if args.quick else 30)
@@ -484,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {s:6} {size_label(mib):>8} {mode:12} "
                               f"{statistics.mean(r['intervals']) * 1000:7.1f} ms/gen",
                               file=sys.stderr, flush=True)
-        deap_blocks, deap_calib = run_deap(tmp, deap_n, deap_gens, repeats, work_ms)
+        deap_blocks, deap_calib = run_deap(tmp, deap_n, deap_gens, repeats, work_ms,
+                                           args.deap_individual)
     wall = time.perf_counter() - t_start
 
     cases = []
@@ -551,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
                    "quick": args.quick,
                    "loadavg_at_start": load_start, "targets_rclone": TARGETS_RCLONE,
                    "deap": {"individuals": deap_n, "genes": 100, "store": "local",
+                            "individual": args.deap_individual,
                             "sized_to_pickle_ms": (args.deap_pickle_ms if deap_sizing
                                                    else None),
                             "sizing": deap_sizing,
@@ -598,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
           "included); a loaded machine inflates wall time, much less CPU time.")
     if deap_cases:
         print_deap(deap_cases, deap_n, deap_gens, repeats,
-                   args.deap_pickle_ms if deap_sizing else None)
+                   args.deap_pickle_ms if deap_sizing else None, args.deap_individual)
     print(f"load average (1/5/15 min) at start {load_start}, at end {_common.load_average()} "
           f"on {os.cpu_count()} cores")
     print(f"results: {path}")
@@ -611,13 +643,14 @@ def size_label(mib: float) -> str:
     return "tiny (4 KiB)" if mib == TINY_MIB else f"{mib:g} MiB"
 
 
-def run_deap(tmp: str, individuals: int, gens: int, repeats: int,
-             work_ms: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def run_deap(tmp: str, individuals: int, gens: int, repeats: int, work_ms: float,
+             kind: str = "deap") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The DEAP rows: none, every=10, every="generation", interleaved, on a local folder."""
     if individuals <= 0:
         return [], {}
     proc = subprocess.run(
-        [sys.executable, __file__, "--calibrate-deap", json.dumps([individuals, 100, work_ms])],
+        [sys.executable, __file__, "--calibrate-deap",
+         json.dumps([individuals, 100, work_ms, kind])],
         capture_output=True, text=True, env=_common.child_env(), check=True)
     calib = json.loads(proc.stdout)
     blocks = []
@@ -627,7 +660,8 @@ def run_deap(tmp: str, individuals: int, gens: int, repeats: int,
         for mode in DEAP_MODES[k:] + DEAP_MODES[:k]:
             spec = {"kind": "deap", "mode": mode, "store": store, "size_bytes": 0,
                     "individuals": individuals, "genes": 100, "gens": gens, "seed": rep,
-                    "key": f"d-{uuid.uuid4().hex[:12]}", "fill_units": calib["fill_units"]}
+                    "key": f"d-{uuid.uuid4().hex[:12]}", "fill_units": calib["fill_units"],
+                    "individual": kind}
             r = run_child(spec, {"RESUMABLE_SNAPSHOT_FORK": "1"} if mode.endswith(" fork")
                           else {})
             r.update({"store": "local", "mode": mode, "repeat": rep})
@@ -692,11 +726,12 @@ def deap_rows(blocks: list[dict[str, Any]], calib: dict[str, Any],
 
 
 def print_deap(rows: list[dict[str, Any]], individuals: int, gens: int, repeats: int,
-               sized_to_ms: float | None = None) -> None:
+               sized_to_ms: float | None = None, kind: str = "deap") -> None:
     r0 = rows[0]
     sized = (f"; sized to pickle in {sized_to_ms:g} ms as issue 13's state" if sized_to_ms
              else "")
-    print(f"\n## Object-heavy state: {individuals:,} DEAP individuals x 100 floats "
+    what = "plain DEAP-like individuals" if kind == "plain" else "DEAP individuals"
+    print(f"\n## Object-heavy state: {individuals:,} {what} x 100 floats "
           f"({r0['state_mib']:.1f} MiB pickled, {r0['pickle_ms']:.0f} ms to pickle, "
           f"{r0['pickle_ms'] / r0['ms_per_generation']:.0%} of a generation{sized}), local "
           f"folder ({repeats} x {gens - 1} generations per row, interleaved)\n")
