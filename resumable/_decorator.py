@@ -396,6 +396,11 @@ class _Execution:
             return
         previous = self.last_snap
         known_size = max(self.state_size, previous.size if previous is not None else 0)
+        if known_size >= _POOLED and not (force or self.terminate):
+            # Before anything takes that save back for this state (make_room, a fork),
+            # and before the look at whether one runs: with every=n a due yield while
+            # the previous state uploads is skipped, not copied beside it.
+            self.uploader.let_start()
         if (previous is not None and previous.size >= _BIG and self.uploader.busy
                 and not (force or self.terminate) and not self.every_yield):
             # The previous state is still being uploaded: a copy of this one would be a
@@ -462,8 +467,6 @@ class _Execution:
         # costs the loop half of what a spill does and the upload no read back.
         two_copies = (known_size >= _BIG and self.copies == 2 and self.every_yield
                       and not (force or self.terminate or self.synchronous))
-        if known_size >= _POOLED and not force:
-            self.uploader.let_start()  # before make_room could take that save back
         held = two_copies and self.uploader.hold_resting()
         spill = self.spill if (two_copies and not held and self.uploader.pending) else None
         if known_size >= _POOLED:  # a save waiting holds buffers worth taking back first

@@ -28,6 +28,8 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import _numpy
+
 log = logging.getLogger("resumable")
 
 RngState = dict[str, Any]
@@ -46,7 +48,7 @@ _numpy_reader: tuple[Any, ...] | None = None
 def _kind(obj: Any) -> str | None:
     if isinstance(obj, random.Random):
         return None if isinstance(obj, random.SystemRandom) else "random.Random"
-    np = sys.modules.get("numpy")
+    np = _numpy.loaded()
     if np is None:
         return None
     if isinstance(obj, np.random.Generator):
@@ -123,7 +125,7 @@ def _set(obj: Any, state: Any) -> None:
 
 def capture(targets: Sequence[tuple[str, Any]] = ()) -> RngState:
     state: RngState = {"random": _random_state()}
-    np = sys.modules.get("numpy")
+    np = _numpy.loaded()
     if np is not None:
         state["numpy"] = _numpy_state(np)
     if targets:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from .. import _numpy
 from .._aligned import realigned
 from .._errors import ConfigurationError, SerializationError
 from ..stores._base import Buffer
@@ -162,20 +163,30 @@ def copy_frames(frames: Sequence[Buffer], alloc: Alloc | None = None) -> list[Bu
         else:
             n = memoryview(raw).nbytes
             dst = alloc(n)
-            np = sys.modules.get("numpy") if n >= _UNLOCKED_COPY else None
-            if np is not None:
-                # numpy copies without the GIL (a memoryview copy holds it): an upload
-                # thread that needs the GIL back for its next write gets it meanwhile,
-                # not after the switch interval and the whole copy. A loop that held
-                # the GIL from one yield to the next otherwise starved the upload.
-                np.copyto(np.frombuffer(dst, np.uint8), np.frombuffer(raw, np.uint8))
-            else:
+            if n < _UNLOCKED_COPY or not _unlocked_copy(dst, raw):
                 memoryview(dst)[:] = raw
             out.append(dst)
     return out
 
 
 _UNLOCKED_COPY = 1 << 20  # frames from which a copy lets go of the GIL (with numpy)
+
+
+def _unlocked_copy(dst: Buffer, raw: Buffer) -> bool:
+    """Copy ``raw`` into ``dst`` without the GIL, if numpy is loaded; whether it was.
+
+    A memoryview copy holds the GIL: an upload thread that needs it back for its next
+    write waits for the switch interval and the whole copy, and a loop that held the
+    GIL from one yield to the next starved the upload. numpy's copy lets go of it.
+    """
+    np = _numpy.loaded()
+    if np is None:
+        return False
+    try:
+        np.copyto(np.frombuffer(dst, np.uint8), np.frombuffer(raw, np.uint8))
+    except Exception:  # (not the numpy it should be): the copy is made without it
+        return False
+    return True
 
 
 def loads_frames(serializer: Serializer, frames: Sequence[memoryview]) -> Any:
