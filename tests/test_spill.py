@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -418,15 +419,16 @@ def test_a_held_save_waits_for_its_release_but_not_a_flush() -> None:
         up.close()
 
 
-def test_a_save_whose_rest_is_over_is_not_held() -> None:
-    """Once the thread's rest is over it is free to start the save that waits, and a
-    hold would keep it from that: a loop that yields faster than the upload thread gets
-    the GIL back held every save it would have started, and none started at all."""
+@contextlib.contextmanager
+def _a_save_waits_after_the_rest(name: str) -> Iterator[tuple[Any, threading.Event]]:
+    """An uploader whose thread has ended a save and rested (held meanwhile, so that it
+    cannot start the next), with a second save waiting; and that save's event, set when
+    it runs."""
     import time
 
     from resumable._uploader import Uploader
 
-    up = Uploader("rest over", duty=0.5)  # rests as long as the save took
+    up = Uploader(name, duty=0.5)  # rests as long as the save took
     gate = threading.Event()
     second = threading.Event()
     try:
@@ -441,12 +443,20 @@ def test_a_save_whose_rest_is_over_is_not_held() -> None:
             while time.monotonic() <= up._not_before:
                 rest_over.wait(up._not_before - time.monotonic())
             up.release_hold()
-        assert not up.hold_resting(), "a save the thread is free to start was held"
-        assert second.wait(60), "the waiting save never started"
+        yield up, second
     finally:
         gate.set()
         up.release_hold()
         up.close()
+
+
+def test_a_save_whose_rest_is_over_is_not_held() -> None:
+    """Once the thread's rest is over it is free to start the save that waits, and a
+    hold would keep it from that: a loop that yields faster than the upload thread gets
+    the GIL back held every save it would have started, and none started at all."""
+    with _a_save_waits_after_the_rest("rest over") as (up, second):
+        assert not up.hold_resting(), "a save the thread is free to start was held"
+        assert second.wait(60), "the waiting save never started"
 
 
 def test_a_save_waiting_is_taken_back_after_the_newer_state_is_in_its_file(
@@ -502,32 +512,10 @@ def test_a_loop_lets_a_free_upload_thread_start_the_waiting_save_first() -> None
     takes that save back for a newer state. A loop that held the GIL from one yield to
     the next took every save back before the thread could start it (with the spill file
     off, on tmpfs, or with one copy allowed: 1 save in 1,500 yields of a 32 MiB state)."""
-    import time
-
-    from resumable._uploader import Uploader
-
-    up = Uploader("let start", duty=0.5)
-    gate = threading.Event()
-    second = threading.Event()
-    try:
-        started = threading.Event()
-        up.submit(lambda: (started.set(), gate.wait(60)))
-        assert started.wait(60)
-        up.submit(second.set)
-        gate.set()
-        up.wait_not_busy()
-        if up.hold_resting():  # resting: keep it from starting until the rest is over
-            rest_over = threading.Event()
-            while time.monotonic() <= up._not_before:
-                rest_over.wait(up._not_before - time.monotonic())
-            up.release_hold()
+    with _a_save_waits_after_the_rest("let start") as (up, second):
         up.let_start(timeout=60)
         assert not up.drop_waiting(), "the waiting save was still there to take back"
         assert second.wait(60)
-    finally:
-        gate.set()
-        up.release_hold()
-        up.close()
 
 
 def test_a_snapshot_copy_lets_go_of_the_gil() -> None:
