@@ -743,19 +743,19 @@ class Run:
                             pool=pool)
         size = sum(memoryview(f).nbytes for f in frames[1:])
         in_place = size > copy_limit
-        pooled = pool is not None and not in_place and size >= _POOLED
-        if pooled and pool is not None and (spill is None or room_first):
-            pool.prepare()  # (nothing of a small state is pooled: no room to make)
+        # (nothing of a small state is pooled: no room to make)
+        prepare = pool.prepare if pool is not None and not in_place and size >= _POOLED else None
+        if prepare is not None and (spill is None or room_first):
+            prepare()
         if spill is not None and not in_place:
             # Not room_first: the save still waiting is taken back once this state is in
             # its file, not before. The file's write lets go of the GIL, and an upload
             # thread free to start that save then does (taken back first, a fast loop of
             # a large state left it nothing to start, ever). Only if both files are
             # taken (one read back, one that save's) is it taken back first.
-            spilled = spill.spill(step, frames, size,
-                                  make_room=pool.prepare if pooled and pool else None)
-            if pooled and pool is not None:
-                pool.prepare()
+            spilled = spill.spill(step, frames, size, make_room=prepare)
+            if prepare is not None:
+                prepare()
             if spilled is not None:
                 return Snapshot(step=step, frames=[b""], rng=rng, created=time.time(),
                                 pool=pool, forked=spilled, size=size)
