@@ -9,15 +9,19 @@ import types
 def loaded() -> types.ModuleType | None:
     """numpy once this process has imported it, else None (resumable does not import it).
 
-    Not ``sys.modules.get("numpy")`` alone: while another thread imports numpy for the
-    first time (~0.2 s), that is a module without most of its names yet. The import
-    statement waits for that import to finish. Something else than a module there (a
-    mock, None to block it) is not numpy.
+    Not ``sys.modules.get("numpy")`` alone: while a thread imports numpy for the first
+    time (~0.2 s), that is a module without most of its names yet. Nor is that import
+    waited for: in a process forked meanwhile (multiprocessing's default start on
+    Linux), the importing thread is gone and the import never finishes. Until it has,
+    numpy is not loaded: no numpy generator can exist yet to be captured, and copies are
+    made without it. Something else than numpy there (None to block it, a mock or a
+    module of mocks, as documentation builds install) is not numpy either.
     """
-    if sys.modules.get("numpy") is None:
+    numpy = sys.modules.get("numpy")
+    if not isinstance(numpy, types.ModuleType):
         return None
-    try:
-        import numpy
-    except Exception:  # a broken numpy: the callers do without it
+    if getattr(getattr(numpy, "__spec__", None), "_initializing", False):
+        return None  # set by importlib for the time the module's code runs
+    if not isinstance(getattr(numpy, "ndarray", None), type):
         return None
-    return numpy if isinstance(numpy, types.ModuleType) else None
+    return numpy
