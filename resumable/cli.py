@@ -863,6 +863,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if (args.command == "rm" and not args.completed and args.run_id is None
+            and args.store is not None):
+        # `rm [STORE] RUN_ID`: both positionals are optional (`rm --completed [STORE]`),
+        # so argparse gave a lone one to STORE; as for show and verify, it is the run.
+        args.store, args.run_id = None, args.store
     store_given = args.store is not None
     args.store_given = store_given
     if args.store is None:

@@ -252,6 +252,28 @@ def test_rm_refuses_without_a_terminal_and_deletes_with_yes(store: Path) -> None
     ]
 
 
+def test_rm_with_one_argument_takes_it_as_the_run_id_as_show_and_verify_do(
+        store: Path) -> None:
+    """`resumable rm [STORE] RUN_ID` (DESIGN.md, README): with STORE left out, the one
+    argument is the run, in $RESUMABLE_STORE. It was read as the STORE (both optional
+    since --completed), so the documented `resumable rm RUN_ID --yes` failed with
+    "RUN_ID is missing"."""
+    shown = cli("show", "half", store=store)
+    assert shown.returncode == 0, shown.stderr
+    refused = cli("rm", "half", store=store)  # no terminal, no --yes: asks, refuses
+    assert_one_line_error(refused)
+    assert "--yes" in refused.stderr, refused.stderr
+    assert (store / "half").exists()
+    proc = cli("rm", "half", "--yes", store=store)
+    assert proc.returncode == 0, proc.stderr
+    assert not (store / "half").exists() and (store / "done").exists()
+    # A lone STORE with the run forgotten is still told so, and deletes nothing.
+    forgot = cli("rm", str(store), "--yes", store=store)
+    assert_one_line_error(forgot)
+    assert "RUN_ID is missing" in forgot.stderr and "done" in forgot.stderr, forgot.stderr
+    assert (store / "done").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "code"),
     [
