@@ -168,7 +168,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="where checkpoints go: a folder, file:///abs/path or s3://bucket/prefix "
                         "(default: $RESUMABLE_STORE, else ./.resumable)")
     p.add_argument("--crash-at", type=int, metavar="N",
-                   help="simulate a pod failure right after generation N")
+                   help="simulate a pod failure at generation N (term: SIGTERM while generation "
+                        "N is under way, so N is saved; kill: SIGKILL right after it)")
     p.add_argument("--crash-mode", choices=("term", "kill"), default="term",
                    help="term: SIGTERM, the last generation is saved, exit 143 (default); "
                         "kill: SIGKILL, checkpoints still uploading are lost")

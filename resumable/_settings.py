@@ -214,7 +214,7 @@ TERM_TIMEOUT = Setting(
     "seconds after SIGTERM a run may take to reach its next yield before its body is "
     "interrupted (also what the program's own cleanup and exit handlers get afterwards)",
     _seconds, "a number of seconds >= 0, e.g. 20 (the pod's terminationGracePeriodSeconds "
-    "must cover it plus one save)")
+    "must cover it plus two saves: one under way, then the newest state)")
 EXIT_CODES = Setting(
     "RESUMABLE_EXIT_CODES", True, "1",
     "`0` (or `false`): uncaught resumable errors exit with Python's plain 1",
