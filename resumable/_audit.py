@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _rng
+from . import _numpy, _rng
 from ._errors import ConfigurationError, ResumableError
 from ._policy import parse_every
 from ._run import RESULT, parse_ckpt_name
@@ -130,6 +130,7 @@ class _Walker:
         self.exclude = exclude
         self.seen: set[tuple[int, int]] = set()
         self.classes: dict[tuple[int, int], bool] = {}
+        self.np = _numpy.loaded()  # once per comparison, not per object
 
     def diff(self, path: str, reason: str, a: Any, b: Any) -> Difference:
         ea, eb = _show(a), _show(b)
@@ -148,7 +149,7 @@ class _Walker:
         if pair in self.seen:  # shared or cyclic structure: compared once
             return None
         self.seen.add(pair)
-        np = sys.modules.get("numpy")
+        np = self.np
         if np is not None:
             found = self._numpy(np, a, b, path)
             if found is not NotImplemented:

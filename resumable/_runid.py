@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import PurePath, PureWindowsPath
 from typing import Any, NoReturn
 
-from . import _settings
+from . import _numpy, _settings
 from ._errors import ConfigurationError
 
 MAX_RUN_ID = 200
@@ -75,6 +75,7 @@ class _Encoder:
         self._active: dict[int, int] = {}  # id of a container on the current path -> depth
         self.legacy_paths = legacy_paths  # encode paths as encoding 1 did (old records)
         self.paths = 0  # how many paths were encoded
+        self.np = _numpy.loaded()  # once per encoding, not per container
 
     def encode(self, obj: Any, path: str) -> bytes:
         out = bytearray()
@@ -108,7 +109,7 @@ class _Encoder:
     def _compound(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
         enc = self._encode
         tag = type(obj).__qualname__
-        np = sys.modules.get("numpy")
+        np = self.np
         if isinstance(obj, PurePath):  # a tag of its own: not the tuple ("path", str)
             self.paths += 1
             if self.legacy_paths:
@@ -364,7 +365,7 @@ def _const(const: Any, out: bytearray) -> None:
 def _is_global_rng(obj: Any) -> bool:
     if obj is getattr(random, "_inst", None):
         return True
-    np = sys.modules.get("numpy")
+    np = _numpy.loaded()
     return np is not None and obj is getattr(np.random.mtrand, "_rand", None)
 
 
@@ -374,7 +375,7 @@ def _rng_state(obj: Any) -> Any:
         if isinstance(obj, random.SystemRandom):
             return None
         return obj.getstate()
-    np = sys.modules.get("numpy")
+    np = _numpy.loaded()
     if np is None:
         return None
     if isinstance(obj, np.random.Generator):

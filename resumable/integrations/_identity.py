@@ -22,6 +22,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from .. import _numpy
 from .._errors import ConfigurationError
 
 
@@ -41,6 +42,7 @@ class _Describer:
         self.h = hashlib.sha256()
         self.seen: dict[int, int] = {}
         self.keep: list[Any] = []  # keeps ids valid while the walk runs
+        self.np = _numpy.loaded()  # once per description, not per object
 
     def put(self, tag: str, data: bytes = b"") -> None:
         self.h.update(f"{tag}:{len(data)}:".encode())
@@ -78,7 +80,7 @@ class _Describer:
         if type(obj) in (bytes, bytearray):
             self.put("bytes", bytes(obj))
             return
-        np = sys.modules.get("numpy")
+        np = self.np
         if np is not None and isinstance(obj, np.generic):
             self.put("npscalar", f"{obj.dtype.str}".encode() + obj.tobytes())
             return
@@ -288,9 +290,9 @@ def numpy_seed() -> int | None:
     probability 2**-19936. Once a number has been drawn the key is twisted and ``n`` is
     not recognised (None, as unseeded).
     """
-    if "numpy.random" not in sys.modules:  # nobody has used numpy's global RNG
+    np = _numpy.loaded()
+    if np is None or "numpy.random" not in sys.modules:  # nobody has used its global RNG
         return None
-    np = sys.modules["numpy"]
     state = np.random.get_state(legacy=False)  # (legacy=True warns for other generators)
     if state.get("bit_generator") != "MT19937" or state.get("has_gauss"):
         return None
