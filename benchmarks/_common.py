@@ -165,6 +165,16 @@ def peak_rss_bytes() -> int:
     return int(kib) * (1 if sys.platform == "darwin" else 1024)
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of process ``pid`` (Linux, 10 ms ticks), else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def current_rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:

@@ -15,7 +15,9 @@ same 2 cores as the loop). Reported per generation: mean time between the starts
 consecutive generations (each interval holds one generation's work and one checkpoint),
 its ratio to ``none`` (per repeat, against the ``none`` block run beside it; the median of
 the repeats, with their min and max, and the pooled ratio of all generations), the
-end-of-run cost (final flush), and the child's peak RSS. Beside the ratio, the same
+end-of-run cost (final flush), the child's peak RSS, and the S3 server's CPU time per
+generation (it runs on the same 2 cores: what it spends receiving uploads is taken from
+the loop's machine, which a real S3 endpoint on another host would not). Beside the ratio, the same
 ratio from the fourth generation on: the second and third generations pay one-time costs
 (the first snapshot buffers are fresh memory, 50 ms per 64 MiB of page faults here; the
 first upload starts), which weigh 2 of the 11 measured generations of a block and little in
@@ -282,6 +284,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                  else Work(spec["fill_units"]))
     stamps: list[float] = []
     cpu_stamps: list[tuple[float, float]] = []  # (loop thread, whole process) CPU seconds
+    # The S3 server's CPU seconds at each generation's start (rclone's process; moto runs
+    # in the benchmark's own process, idle but for it): on loopback it shares the 2 cores
+    server_pid = spec.get("server_pid")
+    server_stamps: list[float | None] = []
     walls: list[tuple[int, float]] = []  # (generation yielded, time.time()) for the lag
     rss_before = _common.current_rss_bytes()
     if deap:
@@ -298,6 +304,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         while state["generation"] < gens:
             stamps.append(time.perf_counter())
             cpu_stamps.append((time.thread_time(), time.process_time()))
+            if server_pid:
+                server_stamps.append(_common.process_cpu_seconds(server_pid))
             work(state)
             if deap:
                 walls.append((state["generation"], time.time()))
@@ -332,6 +340,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     n_cpu = max(1, len(cpu_stamps) - 2)
     loop_cpu = (cpu_stamps[-1][0] - cpu_stamps[1][0]) / n_cpu if len(cpu_stamps) > 2 else 0.0
     proc_cpu = (cpu_stamps[-1][1] - cpu_stamps[1][1]) / n_cpu if len(cpu_stamps) > 2 else 0.0
+    server_cpu = None
+    if len(server_stamps) > 2 and None not in (server_stamps[1], server_stamps[-1]):
+        server_cpu = (server_stamps[-1] - server_stamps[1]) / n_cpu  # type: ignore[operator]
     lag = durable_lag(Path(store) / spec["key"], walls) if deap and mode != "none" else None
     pickle_seconds = None
     if deap:  # CPU seconds, in every block, after the timing
@@ -344,6 +355,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "loop_cpu_seconds": loop_cpu,
         "process_cpu_seconds": proc_cpu,
+        "server_cpu_seconds": server_cpu,
         "lag": lag,
         "pickle_seconds": pickle_seconds,
         "intervals": intervals[1:],  # the first generation has no checkpoint before it
@@ -492,22 +504,23 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     load_start = _common.load_average()
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
-        where: dict[str, tuple[str, dict[str, str]]] = {}
+        where: dict[str, tuple[str, dict[str, str], int | None]] = {}
         for s in stores:
             if s == "local":
-                where[s] = (str(Path(tmp) / "local"), {})
+                where[s] = (str(Path(tmp) / "local"), {}, None)
             else:
                 srv = stack.enter_context(_servers.server(s))
-                where[s] = (srv.new_store_url("overhead"), srv.env)
+                where[s] = (srv.new_store_url("overhead"), srv.env, srv.pid)
         for rep in range(repeats):
             for s in stores:
-                url, env = where[s]
+                url, env, server_pid = where[s]
                 for mib in sizes:
                     order = MODES[rep % 3:] + MODES[: rep % 3]  # rotate who goes first
                     for mode in order:
                         spec = {"mode": mode, "store": url, "size_bytes": int(mib * _common.MiB),
                                 "gens": gens, "seed": rep, "key": f"b-{uuid.uuid4().hex[:12]}",
-                                "fill_units": calib[mib]["fill_units"]}
+                                "fill_units": calib[mib]["fill_units"],
+                                "server_pid": server_pid}
                         r = run_child(spec, env)
                         r.update({"store": s, "size_mib": mib, "mode": mode, "repeat": rep})
                         blocks.append(r)
@@ -545,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["loop_cpu_ms"] = 1000 * statistics.median(b["loop_cpu_seconds"] for b in bs)
                 row["process_cpu_ms"] = 1000 * statistics.median(
                     b["process_cpu_seconds"] for b in bs)
+                server = [b["server_cpu_seconds"] for b in bs
+                          if b.get("server_cpu_seconds") is not None]
+                row["server_cpu_ms"] = 1000 * statistics.median(server) if server else None
                 row["_by_repeat"] = by_repeat
                 row["_steady"] = steady
                 if mode == "none":
@@ -612,12 +628,15 @@ def main(argv: list[str] | None = None) -> int:
                        f"{max(r['ratios_after_warmup']):.3f})"
                        if "ratio_after_warmup" in r else "-"), target,
                       f"{r['loop_cpu_ratio']:.3f} / {r['process_cpu_ratio']:.3f}",
+                      (f"{r['server_cpu_ms']:.0f}" if r.get("server_cpu_ms") is not None
+                       else "-"),
                       f"{r['end_ms']:.0f}", f"{r['peak_rss_mib']:.0f}",
                       f"{r['extra_rss_mib']:+.0f}"])
     print(_common.markdown_table(
         ["store", "state", "mode", "ms / generation", "ratio to none: median of repeats "
          "(min-max)", "pooled ratio", f"ratio from generation {WARMUP + 2} on", "target",
-         "CPU ratio: loop thread / process", "end of run (ms)", "peak RSS (MiB)",
+         "CPU ratio: loop thread / process", "server CPU (ms / generation)",
+         "end of run (ms)", "peak RSS (MiB)",
          "RSS vs none (MiB)"], table))
     print("\nms / generation: mean time from one generation's start to the next one's, "
           "so each holds one generation and one checkpoint; ratio: per repeat, the block's "
@@ -627,7 +646,10 @@ def main(argv: list[str] | None = None) -> int:
           "one-time costs (fresh snapshot buffers, the first upload); end of run: from the last "
           "generation to the call's return (final save, flush). CPU ratio: CPU time per "
           "generation over none's, of the loop's thread and of the whole process (uploads "
-          "included); a loaded machine inflates wall time, much less CPU time.")
+          "included); a loaded machine inflates wall time, much less CPU time. Server "
+          "CPU: the S3 server's CPU time per generation (rclone's process; for moto, the "
+          "benchmark's own process, in which it runs and which does nothing else meanwhile), "
+          "on the same cores as the loop.")
     if deap_cases:
         print_deap(deap_cases, deap_n, deap_gens, repeats,
                    args.deap_pickle_ms if deap_sizing else None, args.deap_individual)

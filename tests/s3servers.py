@@ -143,6 +143,11 @@ class S3Server:
     def stop(self) -> None:
         raise NotImplementedError
 
+    @property
+    def pid(self) -> int:
+        """The process serving requests (benchmarks read its CPU time)."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {getattr(self, 'endpoint', '?')}>"
 
@@ -165,6 +170,10 @@ class MotoServer(S3Server):
         self._server.start()
         wait_for_port("127.0.0.1", port)
         self.endpoint = f"http://127.0.0.1:{port}"
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()  # a thread of this process
 
     def stop(self) -> None:
         if self._server is not None:
@@ -230,6 +239,11 @@ class RcloneServer(S3Server):
                         f"rclone serve s3 on port {port} does not answer:\n{self.log_text()}"
                     ) from None
                 time.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "the server is not running"
+        return self._proc.pid
 
     def log_text(self) -> str:
         if self._log is None:

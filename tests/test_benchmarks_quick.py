@@ -106,6 +106,11 @@ def test_overhead_quick(tmp_path: Path) -> None:
         # the ratio is the median of the repeats' ratios, each against its own none block
         assert c["ratio_min"] <= c["ratio"] <= c["ratio_max"]
         assert len(c["ratios"]) == doc["config"]["repeats"] and finite(c["ratio_pooled"])
+        # the S3 server's CPU per generation: measured for the servers, not for a folder
+        if c["store"] == "local":
+            assert c["server_cpu_ms"] is None
+        else:
+            assert finite(c["server_cpu_ms"]) and c["server_cpu_ms"] >= 0
     assert any(c["size_mib"] < 0.01 for c in doc["cases"])  # the tiny-state row
     deap = {c["mode"]: c for c in doc["deap_cases"]}
     assert set(deap) == {"none", "every=10", "every=generation", "every=10 fork",
