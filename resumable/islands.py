@@ -16,23 +16,31 @@ emigrants its topology sends it for the same generation, waiting until they exis
 
 Migrant objects are written once and never change, so an island resumed after a crash
 reads exactly what it read before, and the archipelago's result does not depend on
-which pods died when. A publish of a generation that already has an object must be
-byte-identical to it (the record is deterministic: no wall-clock time in it), else
-``MigrantConflictError``: a zombie island can never replace what the live one wrote,
-and a body that is not deterministic is caught at its first migration.
+which pods died when. A publish of a generation that already has an object must give
+the same values, bit for bit, else ``MigrantConflictError``: a zombie island can never
+replace what the live one wrote, and a body that is not deterministic is caught at its
+first migration. The record itself is deterministic (no wall-clock time in it), so
+republishing the same objects gives the same bytes; a resumed island's emigrants may not:
+pickle's bytes also say which objects are shared (a DEAP individual restored from a
+checkpoint no longer shares its ``"fitness"`` key with its class, a restored array's
+dtype is not numpy's own object), so where the bytes differ both are loaded and compared
+value by value, as ``f.audit`` compares states.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import numbers
 import operator
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import _format, _settings
+from ._audit import first_difference
 from ._decorator import _signing_key
 from ._errors import (
     EXIT_CORRUPT,
@@ -44,6 +52,8 @@ from ._errors import (
 )
 from .serializers import Serializer, dumps_frames, get_serializer, loads_frames
 from .stores import Store, join_payload, open_store
+
+log = logging.getLogger("resumable")
 
 TIMEOUT_ENV = "RESUMABLE_MIGRATION_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0  # seconds: long enough for a killed pod to be replaced and catch up
@@ -74,8 +84,9 @@ class MigrantConflictError(MigrationError):
 def _timeout(value: float | None) -> float:
     if value is None:
         return _settings.MIGRATION_TIMEOUT.read()
-    if not value >= 0:
-        raise ConfigurationError(f"migration timeout must be >= 0 seconds, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise ConfigurationError(
+            f"migration timeout must be a number of seconds >= 0, not {value!r}")
     return float(value)
 
 
@@ -90,10 +101,21 @@ def _sources(islands: int, topology: Topology) -> dict[int, tuple[int, ...]]:
             f"unknown topology {topology!r}; use 'ring', 'full' or a mapping "
             "{island: [islands it receives from]}"
         )
+    if not isinstance(topology, Mapping):
+        raise ConfigurationError(
+            "topology must be 'ring', 'full' or a mapping {island: [islands it receives "
+            f"from]}}, not {topology!r}"
+        )
     out: dict[int, tuple[int, ...]] = {}
     for island in range(islands):
+        given = topology.get(island, ())
+        if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
+            raise ConfigurationError(
+                f"topology: island {island} receives from {given!r}, not a list of islands "
+                f"in 0..{islands - 1}"
+            )
         senders = []
-        for s in topology.get(island, ()):
+        for s in given:
             index = None if isinstance(s, bool) else getattr(s, "__index__", None)
             if index is None or not 0 <= index() < islands or index() == island:
                 raise ConfigurationError(
@@ -132,17 +154,21 @@ class Archipelago:
     ) -> None:
         islands = _integer("islands", islands, 1, "a positive int")
         every = _integer("every", every, 1, "a positive int (generations)")
-        if not experiment or experiment != experiment.strip("/") or "//" in experiment:
+        if (not isinstance(experiment, str) or not experiment
+                or experiment != experiment.strip("/")
+                or any(part in ("", ".", "..") for part in experiment.split("/"))):
             raise ConfigurationError(
-                f"experiment {experiment!r} must be a non-empty name without leading, "
-                "trailing or doubled '/'"
+                f"experiment must be a non-empty name (a str) without leading, trailing or "
+                f"doubled '/' and without '.' or '..' parts, not {experiment!r}"
             )
+        sources = _sources(islands, topology)
+        seconds = _timeout(timeout)
         self.store = open_store(store)
         self.experiment = experiment
         self.islands = islands
         self.every = every
-        self.sources = _sources(islands, topology)
-        self.timeout = _timeout(timeout)
+        self.sources = sources
+        self.timeout = seconds
         self._key = _signing_key(signing_key)
         self._serializer = get_serializer(serializer)
         self._jitter = random.Random()  # private: never draws from the captured global RNG
@@ -210,7 +236,7 @@ class Archipelago:
                 for source in self.sources[island]]
 
     def publish(self, island: int, generation: int, emigrants: Any) -> None:
-        """Create the migrant object, or check that the existing one is byte-identical."""
+        """Create the migrant object, or check that the existing one holds the same values."""
         island = self._check_island(island)
         generation = _integer("generation", generation, 0, "an int >= 0")
         key = self.key(island, generation)
@@ -226,12 +252,29 @@ class Archipelago:
         existing = self.store.get(key)
         if existing is not None and bytes(existing) == join_payload(data):
             return
+        where = ""
+        if existing is not None:
+            # Other bytes, maybe the same values (a resumed island: see the module's text).
+            # The existing object is verified first: a damaged one is named as such.
+            before = self._decode(existing, island, generation)
+            again = loads_frames(self._serializer, [memoryview(f) for f in frames])
+            found = first_difference(before, again, path="emigrants",
+                                     dumps=self._serializer.dumps)
+            if found is None:
+                log.info("island %d republished generation %d of experiment %r: the same "
+                         "values as %s (other pickle bytes: objects restored from a "
+                         "checkpoint); that object stands", island, generation,
+                         self.experiment, self.where(island, generation))
+                return
+            where = (f" They differ at {found.path} ({found.reason}): {found.expected} "
+                     f"there, {found.actual} now.")
         raise MigrantConflictError(
             f"island {island} of experiment {self.experiment!r} published emigrants for "
             f"generation {generation} that differ from those already at "
-            f"{self.where(island, generation)}: either another attempt of this island (a "
-            "zombie pod) computed something else, or the island's body is not deterministic "
-            "(draw randomness only from the captured RNGs). The existing object stands."
+            f"{self.where(island, generation)}:{where} Either another attempt of this island "
+            "(a zombie pod) computed something else, or the island's body is not "
+            "deterministic (draw randomness only from the captured RNGs). The existing "
+            "object stands."
         )
 
     def receive(self, island: int, generation: int, *, reader: int | None = None) -> Any:

@@ -21,7 +21,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resumable import CheckpointCorruptError, CheckpointTamperedError, ConfigurationError
+from resumable import (
+    CheckpointCorruptError,
+    CheckpointTamperedError,
+    ConfigurationError,
+    checkpointed,
+)
+from resumable._audit import first_difference
 from resumable.islands import Archipelago, MigrantConflictError, MigrationError
 from resumable.stores import open_store
 
@@ -49,6 +55,12 @@ def test_ring_full_and_custom_topologies() -> None:
     (3, {0: [5]}, 1, "island 0 receives from 5"),
     (3, {7: [0]}, 1, r"outside 0..2"),
     (3, "ring", 0, "every must be a positive int"),
+    # not a mapping, or a sender list that is not a list: before, a bare TypeError or
+    # AttributeError (exit 1, not 78)
+    (3, 5, 1, r"topology must be 'ring', 'full' or a mapping"),
+    (3, [[1], [0]], 1, r"topology must be 'ring', 'full' or a mapping"),
+    (3, {0: 1}, 1, r"topology: island 0 receives from 1, not a list of islands"),
+    (3, {0: "12"}, 1, r"topology: island 0 receives from '12', not a list of islands"),
 ])
 def test_bad_plans_are_configuration_errors(islands: int, topology: Any, every: int,
                                             match: str) -> None:
@@ -123,6 +135,26 @@ def test_waiting_for_a_missing_neighbour_times_out_with_a_clear_error(
     assert "'exp'" in message and "exp/migrants/0/3" in message
     assert "RESUMABLE_MIGRATION_TIMEOUT" in message
     assert info.value.exit_code == 74  # retriable: a new pod resumes and waits again
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"experiment": 5}, r"^experiment must be a non-empty name"),
+    ({"experiment": b"exp"}, r"^experiment must be a non-empty name"),
+    ({"experiment": "a/../b"}, r"^experiment must be a non-empty name"),
+    ({"experiment": "."}, r"^experiment must be a non-empty name"),
+    ({"timeout": "x"}, r"^migration timeout must be a number of seconds >= 0"),
+    ({"timeout": True}, r"^migration timeout must be a number of seconds >= 0"),
+    ({"timeout": float("nan")}, r"^migration timeout must be a number of seconds >= 0"),
+])
+def test_a_bad_experiment_or_timeout_is_a_configuration_error(
+    tmp_path: Path, kwargs: dict[str, Any], match: str
+) -> None:
+    """Before: AttributeError ('int' object has no attribute 'strip'), TypeError ('>=' not
+    supported), or, for '.' and 'a/../b', keys such as './migrants/0/1'."""
+    args = {"experiment": "exp", "islands": 2, **kwargs}
+    with pytest.raises(ConfigurationError, match=match):
+        Archipelago(tmp_path, **args)
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("value", ["soon", "-1"])
@@ -379,3 +411,204 @@ def test_an_island_restarted_with_another_plan_is_refused(
     # The same plan, spelled as a mapping, in a new process: the restart goes on.
     same = {**plan, "topology": {i: [(i - 1) % 4] for i in range(4)}}
     assert Archipelago(store_url, "exp", **same).migrate(0, 6, "i0g6") == ["i3g6"]
+
+
+# --- a resumed island republishes what it published before it died ------------------------
+# Its emigrants have the same values, but some of the objects come from its checkpoint, and
+# pickle's bytes depend on which objects are shared, not only on their values: a restored
+# DEAP individual's "fitness" key is no longer the class's own string, restored dict keys
+# are not the code's constants, a restored array's dtype is not numpy's canonical one.
+
+def _as_resumed(store: Path, run_id: str, value: Any) -> Any:
+    """``value`` as a resumed island holds it: saved by a real checkpointed call, read back."""
+    @checkpointed(store=store, run_id=run_id)
+    def body(*, state: Any = None) -> Any:
+        yield {"value": value}
+
+    body()
+    latest = body.latest()
+    assert latest is not None
+    return latest.state["value"]
+
+
+def _deap_individual(genes: list[int]) -> Any:
+    from deap import base, creator
+
+    if not hasattr(creator, "IslandsIndividual"):
+        creator.create("IslandsFitness", base.Fitness, weights=(1.0,))
+        creator.create("IslandsIndividual", list, fitness=creator.IslandsFitness)
+    ind = creator.IslandsIndividual(genes)
+    ind.fitness.values = (float(sum(genes)),)
+    return ind
+
+
+REPUBLISHED: dict[str, tuple[Callable[[], list[Any]], Callable[[], list[Any]]]] = {
+    # (the elite the island kept in its state, the offspring it made this generation)
+    "DEAP individuals": (lambda: [_deap_individual([1, 0, 1])],
+                         lambda: [_deap_individual([1, 1, 1])]),
+    "dicts": (lambda: [{"genes": [1, 0], "fit": 1.0}], lambda: [{"genes": [1, 1], "fit": 2.0}]),
+    "numpy arrays": (lambda: [np.arange(3.0)], lambda: [np.ones(3)]),
+}
+
+
+@pytest.mark.parametrize("case", list(REPUBLISHED))
+def test_a_resumed_island_republishes_equal_values_whatever_their_pickle(
+    tmp_path: Path, case: str
+) -> None:
+    """The emigrants before the crash, then the same values as the resumed island holds
+    them (its elite read back from its checkpoint): accepted, and the first object stands.
+    Before: MigrantConflictError (exit 65, not retried), and every neighbour then timed out."""
+    elite, offspring = REPUBLISHED[case]
+    live = elite()
+    resumed = _as_resumed(tmp_path / "runs", "island-0", live)
+    first = live + offspring()
+    arch = Archipelago(tmp_path / "store", "exp", islands=2, every=1)
+    arch.publish(0, 3, first)
+    stored = bytes(open_store(tmp_path / "store").get("exp/migrants/0/3") or b"")
+    Archipelago(tmp_path / "store", "exp", islands=2, every=1).publish(0, 3, resumed + offspring())
+    assert bytes(open_store(tmp_path / "store").get("exp/migrants/0/3") or b"") == stored
+    assert first_difference(arch.receive(0, 3), first) is None
+
+
+def test_a_republish_that_differs_in_one_bit_is_refused_and_says_where(tmp_path: Path) -> None:
+    """0.0 and -0.0 are equal values to Python, not to a run that must resume bit for bit."""
+    arch = Archipelago(tmp_path, "exp", islands=2, every=1)
+    arch.publish(1, 4, [{"genes": [1, 0], "fit": 0.0}])
+    with pytest.raises(MigrantConflictError) as info:
+        arch.publish(1, 4, [{"genes": [1, 0], "fit": -0.0}])
+    message = str(info.value)
+    assert "emigrants[0]['fit']" in message and "migrants/1/4" in message
+    assert arch.receive(1, 4)[0]["fit"].hex() == (0.0).hex()
+
+
+def test_republishing_over_a_damaged_migrant_says_it_is_damaged(tmp_path: Path) -> None:
+    """The existing object fails verification: that is what the error says (naming its key),
+    not that a zombie or a non-deterministic body computed something else."""
+    arch = Archipelago(tmp_path, "exp", islands=2, every=1)
+    arch.publish(0, 2, [1.0, 2.0])
+    path = tmp_path / "exp" / "migrants" / "0" / "2"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 7])
+    with pytest.raises(CheckpointCorruptError, match=r"migrants/0/2"):
+        arch.publish(0, 2, [1.0, 2.0])
+    assert path.read_bytes() == data[: len(data) - 7]  # never rewritten
+
+
+_DEAP_ISLAND = r'''
+import hashlib, json, random, sys
+from deap import algorithms, base, creator, tools
+from resumable import checkpointed
+from resumable.islands import Archipelago
+
+store, index, generations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lockstep = sys.argv[4] == "1"  # after publishing, wait for a line: the test may kill it there
+creator.create("FitnessMax", base.Fitness, weights=(1.0,))
+creator.create("Individual", list, fitness=creator.FitnessMax)
+tb = base.Toolbox()
+tb.register("attr", random.randint, 0, 1)
+tb.register("individual", tools.initRepeat, creator.Individual, tb.attr, 30)
+tb.register("population", tools.initRepeat, list, tb.individual)
+tb.register("mate", tools.cxTwoPoint)
+tb.register("mutate", tools.mutFlipBit, indpb=0.05)
+tb.register("select", tools.selTournament, tournsize=3)
+arch = Archipelago(store, "deap", islands=2, every=1)
+
+
+def evaluate(pop):
+    for ind in pop:
+        if not ind.fitness.valid:
+            ind.fitness.values = (sum(ind),)
+
+
+@checkpointed(store=store, run_id=f"deap-island-{index}")
+def island(index, generations, *, state=None):
+    if state is None:
+        pop = tb.population(n=20)
+        evaluate(pop)
+        state = {"gen": 0, "pop": pop}
+    while state["gen"] < generations:
+        g = state["gen"] + 1
+        pop = algorithms.varAnd(tb.select(state["pop"], len(state["pop"])), tb, 0.5, 0.2)
+        evaluate(pop)
+        emigrants = [tb.clone(i) for i in tools.selBest(pop, 2)]
+        immigrants = [m for sent in arch.migrate(index, g, emigrants) for m in sent]
+        for m, w in zip(immigrants, tools.selWorst(pop, len(immigrants))):
+            pop[pop.index(w)] = tb.clone(m)
+        print("PUBLISHED", g, flush=True)
+        if lockstep:
+            sys.stdin.readline()
+        state = {"gen": g, "pop": pop}
+        yield state
+    return hashlib.sha256(json.dumps(
+        [[list(i), i.fitness.values] for i in state["pop"]]).encode()).hexdigest()
+
+
+random.seed(1000 + index)
+print("RESULT", island(index, generations), flush=True)
+'''
+
+
+def _deap_islands(store: Path, logs: Path, kills: set[int]) -> dict[int, str]:
+    """Two DEAP islands as processes; island 0 is SIGKILLed after it publishes each
+    generation in ``kills`` (before its checkpoint of that generation) and restarted."""
+    env = example_env()
+    started: list[subprocess.Popen[str]] = []
+
+    def start(index: int, lockstep: bool) -> subprocess.Popen[str]:
+        log = (logs / f"island-{index}-{len(started)}.log").open("w")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _DEAP_ISLAND, str(store), str(index), "6",
+             "1" if lockstep else "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        log.close()
+        started.append(proc)
+        return proc
+
+    def result(proc: subprocess.Popen[str], out: str) -> str:
+        lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, "\n".join(
+            p.read_text()[-2000:] for p in sorted(logs.glob("island-*")))
+        return lines[0].split()[1]
+
+    kills = set(kills)
+    results: dict[int, str] = {}
+    try:
+        other = start(1, lockstep=False)
+        zero = start(0, lockstep=True)
+        while 0 not in results:
+            assert zero.stdout is not None and zero.stdin is not None
+            line = zero.stdout.readline()
+            if line.startswith("PUBLISHED "):
+                generation = int(line.split()[1])
+                if generation in kills:
+                    kills.discard(generation)
+                    zero.kill()
+                    assert zero.wait(timeout=60) == -signal.SIGKILL
+                    zero = start(0, lockstep=True)
+                else:
+                    zero.stdin.write("\n")
+                    zero.stdin.flush()
+            elif line.startswith("RESULT ") or not line:
+                zero.wait(timeout=60)
+                results[0] = result(zero, line)
+        results[1] = result(other, other.communicate(timeout=120)[0])
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not kills
+    return results
+
+
+@pytest.mark.slow
+def test_a_deap_island_killed_between_publish_and_checkpoint_ends_as_if_it_never_died(
+    tmp_path: Path
+) -> None:
+    """Island 0 is killed after publishing generations 2 and 4, before they are saved: it
+    resumes from 1 and 3, recomputes the generation and publishes it again, with
+    individuals partly restored from its checkpoint. Before: exit 65, MigrantConflictError."""
+    reference = _deap_islands(tmp_path / "reference", tmp_path, set())
+    (tmp_path / "killed-logs").mkdir()
+    killed = _deap_islands(tmp_path / "killed", tmp_path / "killed-logs", {2, 4})
+    assert killed == reference
