@@ -13,6 +13,7 @@ arguments, and the global RNGs are put back as they were.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import copyreg
 import dataclasses
@@ -122,13 +123,19 @@ class _Walker:
     """Finds the first path where two states differ: equal means the same bits.
 
     Floats compare by their bits (NaN equals NaN, -0.0 differs from 0.0), numpy arrays by
-    dtype, shape and bytes, containers element by element, objects by their attributes.
+    dtype, shape and bytes, containers element by element, objects by their attributes,
+    and objects that pickle themselves (their own ``__reduce__``: a ``functools.partial``,
+    an exception, a ``defaultdict``) also by what their ``__reduce_ex__`` gives pickle.
     """
 
     def __init__(self, dumps: Callable[[Any], bytes], exclude: frozenset[str]) -> None:
         self.dumps = dumps
         self.exclude = exclude
         self.seen: set[tuple[int, int]] = set()
+        # Every pair compared stays alive until the walk ends: ``seen`` holds their ids,
+        # and a temporary (a Random's getstate(), a reduce tuple) freed early could hand
+        # its id to the next one, whose comparison would then be skipped.
+        self.alive: list[tuple[Any, Any]] = []
         self.classes: dict[tuple[int, int], bool] = {}
         self.np = _numpy.loaded()  # once per comparison, not per object
 
@@ -149,13 +156,15 @@ class _Walker:
         if pair in self.seen:  # shared or cyclic structure: compared once
             return None
         self.seen.add(pair)
+        self.alive.append((a, b))
         np = self.np
         if np is not None:
             found = self._numpy(np, a, b, path)
             if found is not NotImplemented:
                 return found  # type: ignore[no-any-return]
         if isinstance(a, random.Random):
-            return self.walk(a.getstate(), b.getstate(), path + ".getstate()")
+            return (self.walk(a.getstate(), b.getstate(), path + ".getstate()")
+                    or self._attrs(a, b, path))
         if isinstance(a, (int, float, complex, str, bytes, bytearray)) or a is None:
             if _scalar_key(a) != _scalar_key(b):
                 return self.diff(path, "values differ", a, b)
@@ -164,14 +173,38 @@ class _Walker:
                           types.ModuleType, type)):
             return self._pickled(a, b, path)
         if isinstance(a, dict):
-            return self._dict(a, b, path) or self._attrs(a, b, path)
+            return self._dict(a, b, path) or self._attrs(a, b, path) or self._own(a, b, path)
+        if isinstance(a, collections.deque) and a.maxlen != b.maxlen:
+            return self.diff(path + ".maxlen", "values differ", a.maxlen, b.maxlen)
         if isinstance(a, (list, tuple, collections.deque)):
-            return self._sequence(a, b, path) or self._attrs(a, b, path)
+            return self._sequence(a, b, path) or self._attrs(a, b, path) or self._own(a, b, path)
         if isinstance(a, (set, frozenset)):
-            return self._set(a, b, path) or self._attrs(a, b, path)
+            return self._set(a, b, path) or self._attrs(a, b, path) or self._own(a, b, path)
+        if _pickles_itself(ta):
+            return self._reduced(a, b, path)
         if hasattr(a, "__dict__") or _slot_names(ta):
             return self._attrs(a, b, path)
         return self._pickled(a, b, path)
+
+    def _own(self, a: Any, b: Any, path: str) -> Difference | None:
+        """A container of a class that pickles itself (a defaultdict's default_factory):
+        what its reduce adds, once its items and attributes compared equal."""
+        if type(a) in _PLAIN_CONTAINERS or not _pickles_itself(type(a)):
+            return None
+        return self._reduced(a, b, path)
+
+    def _reduced(self, a: Any, b: Any, path: str) -> Difference | None:
+        """Objects that pickle themselves: the parts of their ``__reduce_ex__`` (the
+        callable, its arguments, the state, the items), as pickle keeps them."""
+        try:
+            parts_a, parts_b = a.__reduce_ex__(5), b.__reduce_ex__(5)
+        except Exception:
+            return self._pickled(a, b, path)
+        if not isinstance(parts_a, tuple) or not isinstance(parts_b, tuple):
+            return self._pickled(a, b, path)  # a global, pickled by its name
+        parts_a, parts_b = _listed(parts_a), _listed(parts_b)
+        self.alive.append((parts_a, parts_b))
+        return self.walk(parts_a, parts_b, path + ".__reduce_ex__(5)")
 
     def _same_class(self, ta: type, tb: type) -> bool:
         """Two class objects of one definition: DEAP's creator classes pickle by value, so
@@ -188,7 +221,8 @@ class _Walker:
 
     def _numpy(self, np: Any, a: Any, b: Any, path: str) -> Any:
         if isinstance(a, np.ndarray):
-            return self._array(np, a, b, path)
+            # A subclass's attributes too (DEAP's numpy individuals keep their fitness there)
+            return self._array(np, a, b, path) or self._attrs(a, b, path)
         if isinstance(a, np.generic):
             if a.dtype != b.dtype or a.tobytes() != b.tobytes():
                 return self.diff(path, f"values differ ({a.dtype} / {b.dtype})", a, b)
@@ -291,6 +325,20 @@ class _Walker:
             except Exception:
                 same = False
         return None if same else self.diff(path, "values differ", a, b)
+
+
+_PLAIN_CONTAINERS = (dict, list, tuple, set, frozenset, collections.deque)
+
+
+def _pickles_itself(cls: type) -> bool:
+    """The class (or a base other than object) defines how it is pickled."""
+    return (cls.__reduce_ex__ is not object.__reduce_ex__  # type: ignore[comparison-overlap]
+            or cls.__reduce__ is not object.__reduce__)  # type: ignore[comparison-overlap]
+
+
+def _listed(parts: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A reduce tuple with its item iterators (list and dict items) made lists."""
+    return tuple(list(p) if isinstance(p, collections.abc.Iterator) else p for p in parts)
 
 
 def _tname(t: type) -> str:

@@ -423,6 +423,54 @@ def test_numpy_values_compare_by_dtype_shape_and_bytes() -> None:
     assert diff is not None and diff.path.startswith("state['rng'].bit_generator.state[")
 
 
+def test_a_difference_after_an_equal_rng_is_found() -> None:
+    """The walk compares each random.Random by its getstate(), a new tuple per call. With
+    the first pair of tuples freed, the second pair could get their ids, and the walk took
+    them as a pair it had compared already: a second Random that differs was missed, and
+    f.audit called two different states identical."""
+    same = [random.Random(i) for i in range(4)]
+    other = [random.Random(i) for i in range(3)] + [random.Random(9)]
+    diff = first_difference({"rngs": same}, {"rngs": other})
+    assert diff is not None and diff.path.startswith("state['rngs'][3].getstate()")
+    diff = first_difference({"r1": random.Random(1), "r2": random.Random(2)},
+                            {"r1": random.Random(1), "r2": random.Random(3)})
+    assert diff is not None and diff.path.startswith("state['r2']")
+
+
+class _ArrayIndividual(np.ndarray):  # type: ignore[type-arg]
+    """As DEAP's creator makes an individual of numpy.ndarray: its fitness in __dict__,
+    pickled by its own __reduce__."""
+
+    def __reduce__(self) -> Any:
+        return (_array_individual, (self.__array__(), dict(self.__dict__)))
+
+
+def _array_individual(array: Any, attrs: dict[str, Any]) -> Any:
+    out = np.asarray(array).view(_ArrayIndividual)
+    out.__dict__.update(attrs)
+    return out
+
+
+def test_state_kept_outside_attributes_is_compared() -> None:
+    """Objects whose state is not (only) in __dict__ or __slots__: what pickle keeps of
+    them is compared. Before, each of these pairs was called identical."""
+    import collections
+    import functools
+
+    assert first_difference(functools.partial(max, 1), functools.partial(max, 1)) is None
+    diff = first_difference({"f": functools.partial(max, 1)}, {"f": functools.partial(max, 2)})
+    assert diff is not None and diff.path.startswith("state['f']")
+    diff = first_difference([ValueError("a")], [ValueError("b")])
+    assert diff is not None and diff.path.startswith("state[0]")
+    diff = first_difference(collections.deque([1], maxlen=3), collections.deque([1]))
+    assert diff is not None and "maxlen" in diff.path
+    a = _array_individual(np.arange(3.0), {"fitness": (1.0,)})
+    b = _array_individual(np.arange(3.0), {"fitness": (2.0,)})
+    assert first_difference(a, _array_individual(np.arange(3.0), {"fitness": (1.0,)})) is None
+    diff = first_difference([a], [b])
+    assert diff is not None and diff.path == "state[0].fitness[0]"
+
+
 class _Fitness:
     def __init__(self, values: tuple[float, ...]) -> None:
         self.wvalues = values
