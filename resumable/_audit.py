@@ -173,29 +173,29 @@ class _Walker:
                           types.ModuleType, type)):
             return self._pickled(a, b, path)
         if isinstance(a, dict):
-            return self._dict(a, b, path) or self._attrs(a, b, path) or self._own(a, b, path)
+            if isinstance(a, collections.defaultdict):
+                found = self.walk(a.default_factory, b.default_factory,
+                                  path + ".default_factory")
+                if found is not None:
+                    return found
+            return self._dict(a, b, path) or self._attrs(a, b, path)
         if isinstance(a, collections.deque) and a.maxlen != b.maxlen:
             return self.diff(path + ".maxlen", "values differ", a.maxlen, b.maxlen)
         if isinstance(a, (list, tuple, collections.deque)):
-            return self._sequence(a, b, path) or self._attrs(a, b, path) or self._own(a, b, path)
+            return self._sequence(a, b, path) or self._attrs(a, b, path)
         if isinstance(a, (set, frozenset)):
-            return self._set(a, b, path) or self._attrs(a, b, path) or self._own(a, b, path)
+            return self._set(a, b, path) or self._attrs(a, b, path)
         if _pickles_itself(ta):
             return self._reduced(a, b, path)
         if hasattr(a, "__dict__") or _slot_names(ta):
             return self._attrs(a, b, path)
         return self._pickled(a, b, path)
 
-    def _own(self, a: Any, b: Any, path: str) -> Difference | None:
-        """A container of a class that pickles itself (a defaultdict's default_factory):
-        what its reduce adds, once its items and attributes compared equal."""
-        if type(a) in _PLAIN_CONTAINERS or not _pickles_itself(type(a)):
-            return None
-        return self._reduced(a, b, path)
-
     def _reduced(self, a: Any, b: Any, path: str) -> Difference | None:
         """Objects that pickle themselves: the parts of their ``__reduce_ex__`` (the
-        callable, its arguments, the state, the items), as pickle keeps them."""
+        callable, its arguments, the state, the items), as pickle keeps them. The parts
+        and the arguments are walked here, not as tuples of their own: a chain of such
+        objects costs the stack no more than one of plain objects."""
         try:
             parts_a, parts_b = a.__reduce_ex__(5), b.__reduce_ex__(5)
         except Exception:
@@ -204,7 +204,21 @@ class _Walker:
             return self._pickled(a, b, path)  # a global, pickled by its name
         parts_a, parts_b = _listed(parts_a), _listed(parts_b)
         self.alive.append((parts_a, parts_b))
-        return self.walk(parts_a, parts_b, path + ".__reduce_ex__(5)")
+        where = path + ".__reduce_ex__(5)"
+        if len(parts_a) != len(parts_b):
+            return self.diff(where, f"lengths differ: {len(parts_a)} / {len(parts_b)}",
+                             parts_a, parts_b)
+        for i, (x, y) in enumerate(zip(parts_a, parts_b, strict=True)):
+            if i == 1 and type(x) is tuple and type(y) is tuple and len(x) == len(y):
+                for j, (u, v) in enumerate(zip(x, y, strict=True)):
+                    found = self.walk(u, v, f"{where}[1][{j}]")
+                    if found is not None:
+                        return found
+                continue
+            found = self.walk(x, y, f"{where}[{i}]")
+            if found is not None:
+                return found
+        return None
 
     def _same_class(self, ta: type, tb: type) -> bool:
         """Two class objects of one definition: DEAP's creator classes pickle by value, so
@@ -228,14 +242,19 @@ class _Walker:
                 return self.diff(path, f"values differ ({a.dtype} / {b.dtype})", a, b)
             return None
         if isinstance(a, np.random.Generator):
-            return self.walk(a.bit_generator.state, b.bit_generator.state,
-                             path + ".bit_generator.state")
+            return self._bit_generator(a.bit_generator, b.bit_generator,
+                                       path + ".bit_generator")
         if isinstance(a, np.random.RandomState):
             return self.walk(a.get_state(legacy=False), b.get_state(legacy=False),
                              path + ".get_state()")
         if isinstance(a, np.random.BitGenerator):
-            return self.walk(a.state, b.state, path + ".state")
+            return self._bit_generator(a, b, path)
         return NotImplemented
+
+    def _bit_generator(self, a: Any, b: Any, path: str) -> Difference | None:
+        """Its state, then what pickle keeps of it: numpy 2 also keeps its SeedSequence
+        (how many children it has spawned), which a resumed run then has too."""
+        return self.walk(a.state, b.state, path + ".state") or self._reduced(a, b, path)
 
     def _array(self, np: Any, a: Any, b: Any, path: str) -> Difference | None:
         if a.dtype != b.dtype:
@@ -262,20 +281,25 @@ class _Walker:
                          flat_a[i], flat_b[i])
 
     def _dict(self, a: dict[Any, Any], b: dict[Any, Any], path: str) -> Difference | None:
+        """Keys in order, each by its bits and type as any value (0.0 and -0.0, 1 and True
+        are other keys; a NaN read back is the same one), then the values in that order."""
+        if len(a) == len(b) and all(self.walk(x, y, f"{path}.keys()") is None
+                                    for x, y in zip(a, b, strict=True)):
+            for (k, x), y in zip(a.items(), b.values(), strict=True):
+                found = self.walk(x, y, f"{path}[{k!r}]")
+                if found is not None:
+                    return found
+            return None
         keys_a, keys_b = list(a), list(b)
-        if keys_a != keys_b:
-            only_a = [k for k in keys_a if k not in b]
-            only_b = [k for k in keys_b if k not in a]
-            if not only_a and not only_b:
-                return Difference(path, "same keys in another order", _show(keys_a),
-                                  _show(keys_b))
+        only_a = [k for k in keys_a if k not in b]
+        only_b = [k for k in keys_b if k not in a]
+        if only_a or only_b:
             return Difference(path, "keys differ", f"only here: {_show(only_a)}",
                               f"only here: {_show(only_b)}")
-        for k in keys_a:
-            found = self.walk(a[k], b[k], f"{path}[{k!r}]")
-            if found is not None:
-                return found
-        return None
+        if keys_a == keys_b:
+            return Difference(path, "keys differ in their bits or types", _show(keys_a),
+                              _show(keys_b))
+        return Difference(path, "same keys in another order", _show(keys_a), _show(keys_b))
 
     def _sequence(self, a: Any, b: Any, path: str) -> Difference | None:
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -325,9 +349,6 @@ class _Walker:
             except Exception:
                 same = False
         return None if same else self.diff(path, "values differ", a, b)
-
-
-_PLAIN_CONTAINERS = (dict, list, tuple, set, frozenset, collections.deque)
 
 
 def _pickles_itself(cls: type) -> bool:
@@ -384,6 +405,9 @@ def _index(np: Any, shape: tuple[int, ...], flat: int) -> str:
     return "[" + ", ".join(str(int(i)) for i in np.unravel_index(flat, shape)) + "]"
 
 
+TOO_DEEP = "too deeply nested to compare"  # first_difference's reason when it cannot tell
+
+
 def first_difference(a: Any, b: Any, *, path: str = "state", exclude: Iterable[str] = (),
                      dumps: Callable[[Any], bytes] | None = None) -> Difference | None:
     """The first path where ``a`` and ``b`` differ (same bits = equal), or None."""
@@ -394,7 +418,7 @@ def first_difference(a: Any, b: Any, *, path: str = "state", exclude: Iterable[s
     try:
         return walker.walk(a, b, path)
     except RecursionError:
-        return Difference(path, "too deeply nested to compare", "?", "?")
+        return Difference(path, TOO_DEEP, "?", "?")
 
 
 # -- the private store ----------------------------------------------------------------

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import _format, _settings
-from ._audit import first_difference
+from ._audit import TOO_DEEP, first_difference
 from ._decorator import _signing_key
 from ._errors import (
     EXIT_CORRUPT,
@@ -260,6 +260,14 @@ class Archipelago:
             again = loads_frames(self._serializer, [memoryview(f) for f in frames])
             found = first_difference(before, again, path="emigrants",
                                      dumps=self._serializer.dumps)
+            if found is not None and found.reason == TOO_DEEP:
+                # Undecided. The neighbours read the existing object either way; a conflict
+                # would end this (maybe resumed) island for good.
+                log.warning("island %d republished generation %d of experiment %r with other "
+                            "pickle bytes than %s, and the two could not be compared (too "
+                            "deeply nested); that object stands", island, generation,
+                            self.experiment, self.where(island, generation))
+                return
             if found is None:
                 log.info("island %d republished generation %d of experiment %r: the same "
                          "values as %s (other pickle bytes: objects restored from a "

@@ -471,6 +471,80 @@ def test_state_kept_outside_attributes_is_compared() -> None:
     assert diff is not None and diff.path == "state[0].fitness[0]"
 
 
+class _SetIndividual(set[int]):
+    """As DEAP's knapsack example makes its individuals: a set with a fitness."""
+
+    def __init__(self, genes: Any = ()) -> None:
+        super().__init__(genes)
+        self.fitness = (float(len(self)),)
+
+
+def test_a_set_subclass_compares_by_elements_not_by_iteration_order() -> None:
+    """A set's iteration order may change when it is loaded again; its reduce lists the
+    elements in that order. Before: {7, 15} read back was 'differs at ...[1][0][0]'."""
+    a = _SetIndividual({7, 15, 1024 + 7, 3})
+    b = a
+    for _ in range(4):
+        b = pickle.loads(pickle.dumps(b))
+        assert first_difference([a], [b]) is None
+    c = _SetIndividual({7, 16, 1024 + 7, 3})
+    assert first_difference([a], [c]) is not None
+    d = _SetIndividual(a)
+    d.fitness = (0.5,)
+    diff = first_difference([a], [d])
+    assert diff is not None and diff.path == "state[0].fitness[0]"
+
+
+def test_dict_keys_compare_by_their_bits_and_types() -> None:
+    """Keys were compared with ==: 0.0 and -0.0, 1 and True, 1 and 1.0 were the same key
+    (states called identical), and a key holding a NaN read back was another key."""
+    nan = float("nan")
+    for a, b in [({0.0: 1}, {-0.0: 1}), ({(0.0, 1.5): 1}, {(-0.0, 1.5): 1}),
+                 ({1: "x"}, {True: "x"}), ({1: "x"}, {1.0: "x"}),
+                 ({np.float64(0.5): 1}, {0.5: 1})]:
+        diff = first_difference({"cache": a}, {"cache": b})
+        assert diff is not None and diff.path.startswith("state['cache']"), (a, b)
+    cache = {(nan, 1.5): 2.0, (0.5, 1.5): 3.0}
+    assert first_difference(cache, pickle.loads(pickle.dumps(cache))) is None
+    diff = first_difference({"a": 1, "b": 2}, {"a": 1, "b": 3})
+    assert diff is not None and diff.path == "state['b']"
+
+
+def test_a_generator_compares_its_seed_sequence_too() -> None:
+    """Two Generators in the same bit-generator state whose SeedSequences have spawned a
+    different number of children spawn different streams: before, 'identical'. (numpy 2
+    pickles the SeedSequence with the bit generator, so a resumed run has it too.)"""
+    g1, g2 = np.random.default_rng(1), np.random.default_rng(1)
+    g2.spawn(1)
+    assert g1.bit_generator.state == g2.bit_generator.state
+    diff = first_difference({"rng": g1}, {"rng": g2})
+    assert diff is not None and diff.path.startswith("state['rng'].bit_generator")
+    assert first_difference(np.random.default_rng(1), np.random.default_rng(1)) is None
+
+
+class _Linked:
+    """A lineage chain of objects that pickle themselves."""
+
+    def __init__(self, genes: list[int], parent: Any = None) -> None:
+        self.genes, self.parent = genes, parent
+
+    def __reduce__(self) -> Any:
+        return (_Linked, (self.genes, self.parent))
+
+
+def test_a_deep_chain_of_objects_that_pickle_themselves_is_compared() -> None:
+    """200 levels, which pickle itself handles: before, 'too deeply nested to compare'."""
+    def chain(n: int, last: int = 1) -> Any:
+        x = None
+        for g in range(n):
+            x = _Linked([g % 2, last if g == 0 else 1], x)
+        return x
+
+    assert first_difference(chain(200), pickle.loads(pickle.dumps(chain(200)))) is None
+    diff = first_difference(chain(200), chain(200, last=2))
+    assert diff is not None and diff.reason == "values differ"
+
+
 class _Fitness:
     def __init__(self, values: tuple[float, ...]) -> None:
         self.wvalues = values

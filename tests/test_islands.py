@@ -612,3 +612,38 @@ def test_a_deap_island_killed_between_publish_and_checkpoint_ends_as_if_it_never
     (tmp_path / "killed-logs").mkdir()
     killed = _deap_islands(tmp_path / "killed", tmp_path / "killed-logs", {2, 4})
     assert killed == reference
+
+
+def test_a_republish_too_deep_to_compare_is_accepted_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Emigrants nested deeper than the comparison can walk (pickle can): which of the two
+    objects stands changes nothing for the neighbours, who read the first; a conflict
+    would end the restarted island for good. Before: MigrantConflictError."""
+    import functools
+    import pickle
+
+    def chain(depth: int, shared: bool) -> Any:
+        leaf = [1.0]
+        x: Any = leaf
+        for _ in range(depth):  # the walk spends about twice pickle's stack on each link
+            x = functools.partial(max, x, leaf if shared else [1.0])
+        return x
+
+    def picklable(depth: int) -> bool:
+        try:
+            pickle.dumps(chain(depth, True), protocol=5)
+        except RecursionError:
+            return False
+        return True
+
+    low, high = 1, sys.getrecursionlimit()  # the deepest chain pickle takes, from here
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if picklable(mid) else (low, mid - 1)
+    depth = low * 4 // 5
+    arch = Archipelago(tmp_path, "exp", islands=2, every=1)
+    arch.publish(0, 1, chain(depth, shared=True))
+    with caplog.at_level("WARNING", logger="resumable"):
+        arch.publish(0, 1, chain(depth, shared=False))  # the same values, other bytes
+    assert "could not be compared" in caplog.text and "migrants/0/1" in caplog.text
