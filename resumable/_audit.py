@@ -228,7 +228,8 @@ class _Walker:
         key = (id(ta), id(tb))
         if key not in self.classes:
             try:
-                self.classes[key] = self.dumps(ta) == self.dumps(tb)
+                self.classes[key] = (_class_pickle(self.dumps, ta)
+                                     == _class_pickle(self.dumps, tb))
             except Exception:
                 self.classes[key] = False
         return self.classes[key]
@@ -238,6 +239,13 @@ class _Walker:
             # A subclass's attributes too (DEAP's numpy individuals keep their fitness there)
             return self._array(np, a, b, path) or self._attrs(a, b, path)
         if isinstance(a, np.generic):
+            if a.dtype == b.dtype and a.dtype.hasobject and a.dtype.names:
+                # a structured element with object fields: its bytes hold pointers
+                for name in a.dtype.names:
+                    found = self.walk(a[name], b[name], f"{path}[{name!r}]")
+                    if found is not None:
+                        return found
+                return None
             if a.dtype != b.dtype or a.tobytes() != b.tobytes():
                 return self.diff(path, f"values differ ({a.dtype} / {b.dtype})", a, b)
             return None
@@ -283,8 +291,10 @@ class _Walker:
     def _dict(self, a: dict[Any, Any], b: dict[Any, Any], path: str) -> Difference | None:
         """Keys in order, each by its bits and type as any value (0.0 and -0.0, 1 and True
         are other keys; a NaN read back is the same one), then the values in that order."""
-        if len(a) == len(b) and all(self.walk(x, y, f"{path}.keys()") is None
-                                    for x, y in zip(a, b, strict=True)):
+        if len(a) == len(b) and all(
+                (x is y or (type(x) is type(y) and type(x) in (str, int) and x == y)
+                 or self.walk(x, y, f"{path}.keys()") is None)
+                for x, y in zip(a, b, strict=True)):
             for (k, x), y in zip(a.items(), b.values(), strict=True):
                 found = self.walk(x, y, f"{path}[{k!r}]")
                 if found is not None:
@@ -316,11 +326,46 @@ class _Walker:
         elements_a, elements_b = self._elements(a), self._elements(b)
         if elements_a == elements_b if elements_a is not None else a == b:
             return None
+        if len(a) == len(b) and self._paired(a, b):
+            return None  # the same elements, one of which pickles otherwise (shared parts)
         if not a - b and not b - a:  # equal by ==, not by bits
             return Difference(path, "elements differ in their bits", _sorted_show(a),
                               _sorted_show(b))
         return Difference(path, "elements differ", f"only here: {_sorted_show(a - b)}",
                           f"only here: {_sorted_show(b - a)}")
+
+    def _paired(self, a: Any, b: Any) -> bool:
+        """Each element of ``a`` walks equal to its own element of ``b``: an element's pickle
+        also records which of its parts are shared (a tuple of two equal strings that are
+        one object, or two). Candidates by hash first, then any left (a NaN's hash is its
+        id); each trial in a walk of its own, whose pairs must not count as compared here."""
+        by_hash: dict[int, list[Any]] = {}
+        for y in b:
+            by_hash.setdefault(hash(y), []).append(y)
+        left: list[Any] = []
+        for x in a:
+            candidates = by_hash.get(hash(x), [])
+            match = next((i for i, y in enumerate(candidates) if self._same(x, y)), None)
+            if match is None:
+                left.append(x)
+            else:
+                candidates.pop(match)
+        rest = [y for ys in by_hash.values() for y in ys]
+        if len(left) > _MAX_UNPAIRED:
+            return False
+        for x in left:
+            match = next((i for i, y in enumerate(rest) if self._same(x, y)), None)
+            if match is None:
+                return False
+            rest.pop(match)
+        return True
+
+    def _same(self, x: Any, y: Any) -> bool:
+        walker = _Walker(self.dumps, frozenset())
+        try:
+            return walker.walk(x, y, "") is None
+        except RecursionError:
+            return False
 
     def _elements(self, items: Any) -> list[bytes] | None:
         try:
@@ -349,6 +394,22 @@ class _Walker:
             except Exception:
                 same = False
         return None if same else self.diff(path, "values differ", a, b)
+
+
+_MAX_UNPAIRED = 1000  # set elements tried against every other one (a NaN's hash is its id)
+
+
+def _class_pickle(dumps: Callable[[Any], bytes], cls: type) -> bytes:
+    """The class as pickled, without cloudpickle's id for a class it pickles by value (one
+    defined in ``__main__``): each process gives the same class another one."""
+    data = dumps(cls)
+    cloudpickle = sys.modules.get("cloudpickle")
+    tracker = getattr(getattr(cloudpickle, "cloudpickle", None), "_get_or_create_tracker_id",
+                      None)
+    if tracker is not None:
+        with contextlib.suppress(Exception):
+            data = data.replace(str(tracker(cls)).encode(), b"<class tracker id>")
+    return data
 
 
 def _pickles_itself(cls: type) -> bool:

@@ -522,6 +522,32 @@ def test_a_generator_compares_its_seed_sequence_too() -> None:
     assert first_difference(np.random.default_rng(1), np.random.default_rng(1)) is None
 
 
+def test_set_elements_that_share_parts_differently_are_the_same_elements() -> None:
+    """A set element's own pickle records what it shares: ("relu", "relu", "tanh") with
+    its first gene read back from a checkpoint pickles otherwise. Before: 'elements
+    differ in their bits' for equal sets."""
+    live = ("relu", "relu", "tanh")
+    restored = ("".join(["re", "lu"]), "relu", "tanh")  # an equal string, another object
+    assert pickle.dumps(live) != pickle.dumps(restored)
+    assert first_difference({"tabu": {live, ("a", "b")}}, {"tabu": {restored, ("a", "b")}}) is None
+    nan = float("nan")
+    elements = {(nan, 1.0), (2.0, nan)}
+    assert first_difference(elements, pickle.loads(pickle.dumps(elements))) is None
+    assert first_difference({(0.0, "x")}, {(-0.0, "x")}) is not None
+    assert first_difference({live}, {("relu", "tanh", "relu")}) is not None
+
+
+def test_structured_arrays_with_object_fields_compare_by_value() -> None:
+    """Their elements' bytes hold pointers for the object fields. Before: an array read
+    back was 'different'; now the fields are compared one by one."""
+    dtype = np.dtype([("n", "i8"), ("genes", "O")])
+    a = np.array([(1, [1.0, 2.0]), (2, [3.0])], dtype=dtype)
+    assert first_difference(a, pickle.loads(pickle.dumps(a))) is None
+    b = np.array([(1, [1.0, 2.0]), (2, [-3.0])], dtype=dtype)
+    diff = first_difference({"pop": a}, {"pop": b})
+    assert diff is not None and diff.path == "state['pop'][1]['genes'][0]"
+
+
 class _Linked:
     """A lineage chain of objects that pickle themselves."""
 

@@ -647,3 +647,40 @@ def test_a_republish_too_deep_to_compare_is_accepted_with_a_warning(
     with caplog.at_level("WARNING", logger="resumable"):
         arch.publish(0, 1, chain(depth, shared=False))  # the same values, other bytes
     assert "could not be compared" in caplog.text and "migrants/0/1" in caplog.text
+
+
+_CLOUDPICKLE_ISLAND = r'''
+import sys
+from dataclasses import dataclass
+
+from resumable.islands import Archipelago
+
+
+@dataclass
+class Migrant:  # defined in __main__: cloudpickle pickles the class itself
+    genes: list
+    fitness: float
+
+
+arch = Archipelago(sys.argv[1], "cp", islands=2, every=1, serializer="cloudpickle")
+arch.publish(0, 3, [Migrant([1, 0, 1], 2.0), Migrant([1, 1, 1], float(sys.argv[2]))])
+print(arch.receive(0, 3))
+'''
+
+
+def test_a_class_defined_in_main_republishes_with_cloudpickle(tmp_path: Path) -> None:
+    """serializer="cloudpickle" pickles a __main__ class by value, with an id of its own
+    in each process: the restarted island's class and the stored object's never pickled
+    alike. Before: exit 65, 'types differ: __main__.Migrant / __main__.Migrant'."""
+    def island(fitness: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", _CLOUDPICKLE_ISLAND, str(tmp_path),
+                               fitness], capture_output=True, text=True, env=example_env(),
+                              timeout=120)
+
+    first = island("3.0")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = island("3.0")  # the restarted island: the same values
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout == first.stdout
+    zombie = island("3.5")  # other values
+    assert zombie.returncode == 65 and "emigrants[1]" in zombie.stderr, zombie.stderr[-2000:]
