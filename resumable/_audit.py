@@ -19,6 +19,7 @@ import copyreg
 import dataclasses
 import hashlib
 import importlib
+import io
 import json
 import logging
 import os
@@ -136,6 +137,7 @@ class _Walker:
         # and a temporary (a Random's getstate(), a reduce tuple) freed early could hand
         # its id to the next one, whose comparison would then be skipped.
         self.alive: list[tuple[Any, Any]] = []
+        self.undecided = False  # a part was too deeply nested to compare
         self.classes: dict[tuple[int, int], bool] = {}
         self.np = _numpy.loaded()  # once per comparison, not per object
 
@@ -147,6 +149,15 @@ class _Walker:
         return Difference(path, reason, ea, eb)
 
     def walk(self, a: Any, b: Any, path: str) -> Difference | None:
+        """The first difference under ``path``; a part too deep for the stack is left
+        undecided (``self.undecided``) and the walk goes on with the rest."""
+        try:
+            return self._walk(a, b, path)
+        except RecursionError:
+            self.undecided = True
+            return None
+
+    def _walk(self, a: Any, b: Any, path: str) -> Difference | None:
         if path in self.exclude or a is b:
             return None
         ta, tb = type(a), type(b)
@@ -228,16 +239,27 @@ class _Walker:
         key = (id(ta), id(tb))
         if key not in self.classes:
             try:
-                self.classes[key] = (_class_pickle(self.dumps, ta)
-                                     == _class_pickle(self.dumps, tb))
+                self.classes[key] = self._norm_dumps(ta) == self._norm_dumps(tb)
             except Exception:
                 self.classes[key] = False
         return self.classes[key]
 
+    def _norm_dumps(self, x: Any) -> bytes:
+        """``x`` pickled, without the ids cloudpickle gives the classes it pickles by value
+        (those defined in ``__main__``): each process gives the same class another one."""
+        return _without_class_ids(self.dumps(x))
+
     def _numpy(self, np: Any, a: Any, b: Any, path: str) -> Any:
         if isinstance(a, np.ndarray):
+            found = self._array(np, a, b, path)
+            ma = sys.modules.get("numpy.ma")
+            if found is None and ma is not None and isinstance(a, ma.MaskedArray):
+                # what it holds, not how: a live one's unset fill value is set once loaded
+                return (self.walk(ma.getmaskarray(a), ma.getmaskarray(b), path + ".mask")
+                        or self.walk(a.fill_value, b.fill_value, path + ".fill_value")
+                        or self.walk(a.hardmask, b.hardmask, path + ".hardmask"))
             # A subclass's attributes too (DEAP's numpy individuals keep their fitness there)
-            return self._array(np, a, b, path) or self._attrs(a, b, path)
+            return found or self._attrs(a, b, path)
         if isinstance(a, np.generic):
             if a.dtype == b.dtype and a.dtype.hasobject and a.dtype.names:
                 # a structured element with object fields: its bytes hold pointers
@@ -260,9 +282,19 @@ class _Walker:
         return NotImplemented
 
     def _bit_generator(self, a: Any, b: Any, path: str) -> Difference | None:
-        """Its state, then what pickle keeps of it: numpy 2 also keeps its SeedSequence
-        (how many children it has spawned), which a resumed run then has too."""
-        return self.walk(a.state, b.state, path + ".state") or self._reduced(a, b, path)
+        """Its state, and which children its SeedSequence has spawned and is (what
+        ``spawn`` draws from next; numpy 2 pickles it). Not the sequence's entropy: numpy's
+        ``jumped()`` gives the new bit generator fresh OS entropy that nothing draws from."""
+        found = self.walk(a.state, b.state, path + ".state")
+        if found is not None:
+            return found
+        seq_a, seq_b = getattr(a, "seed_seq", None), getattr(b, "seed_seq", None)
+        for name in ("n_children_spawned", "spawn_key"):
+            found = self.walk(getattr(seq_a, name, None), getattr(seq_b, name, None),
+                              f"{path}.seed_seq.{name}")
+            if found is not None:
+                return found
+        return None
 
     def _array(self, np: Any, a: Any, b: Any, path: str) -> Difference | None:
         if a.dtype != b.dtype:
@@ -321,24 +353,45 @@ class _Walker:
         return None
 
     def _set(self, a: Any, b: Any, path: str) -> Difference | None:
-        """Sets by their elements (not their order), the same bits being the same element."""
-        # By pickles: 0.0 == -0.0, and two NaN objects are never ==.
-        elements_a, elements_b = self._elements(a), self._elements(b)
-        if elements_a == elements_b if elements_a is not None else a == b:
-            return None
-        if len(a) == len(b) and self._paired(a, b):
-            return None  # the same elements, one of which pickles otherwise (shared parts)
+        """Sets by their elements (not their order), the same bits being the same element.
+
+        Each element by its pickle made without pickle's memo (an element's usual pickle
+        also records which of its parts are shared: a tuple of two equal strings that are
+        one object, or two); elements whose pickles find no twin are paired by walking
+        (cloudpickle's classes, say). Where elements cannot be pickled so, as before: by
+        their pickles, or ==, then pairing all of them."""
+        # By bits: 0.0 == -0.0, and two NaN objects are never ==.
+        keyed_a, keyed_b = _keyed(a), _keyed(b)
+        if keyed_a is not None and keyed_b is not None:
+            twins: dict[bytes, list[Any]] = {}
+            for key, y in keyed_b:
+                twins.setdefault(key, []).append(y)
+            left_a = []
+            for key, x in keyed_a:
+                if twins.get(key):
+                    twins[key].pop()
+                else:
+                    left_a.append(x)
+            left_b = [y for ys in twins.values() for y in ys]
+            if not left_a and not left_b:
+                return None
+        else:
+            elements_a, elements_b = self._elements(a), self._elements(b)
+            if elements_a == elements_b if elements_a is not None else a == b:
+                return None
+            left_a, left_b = list(a), list(b)
+        if len(left_a) == len(left_b) and self._paired(left_a, left_b):
+            return None  # the same elements, some of which pickle otherwise
         if not a - b and not b - a:  # equal by ==, not by bits
             return Difference(path, "elements differ in their bits", _sorted_show(a),
                               _sorted_show(b))
         return Difference(path, "elements differ", f"only here: {_sorted_show(a - b)}",
                           f"only here: {_sorted_show(b - a)}")
 
-    def _paired(self, a: Any, b: Any) -> bool:
-        """Each element of ``a`` walks equal to its own element of ``b``: an element's pickle
-        also records which of its parts are shared (a tuple of two equal strings that are
-        one object, or two). Candidates by hash first, then any left (a NaN's hash is its
-        id); each trial in a walk of its own, whose pairs must not count as compared here."""
+    def _paired(self, a: list[Any], b: list[Any]) -> bool:
+        """Each element of ``a`` walks equal to its own element of ``b``. Candidates by hash
+        first, then any left (a NaN's hash is its id, up to ``_MAX_UNPAIRED`` of those);
+        each trial in a walk of its own, whose pairs must not count as compared here."""
         by_hash: dict[int, list[Any]] = {}
         for y in b:
             by_hash.setdefault(hash(y), []).append(y)
@@ -361,15 +414,20 @@ class _Walker:
         return True
 
     def _same(self, x: Any, y: Any) -> bool:
+        """Equal in a walk of their own; undecided (too deep) counts as equal here and
+        leaves this walk undecided."""
         walker = _Walker(self.dumps, frozenset())
-        try:
-            return walker.walk(x, y, "") is None
-        except RecursionError:
+        walker.classes = self.classes  # the class comparisons hold for every trial
+        if walker.walk(x, y, "") is not None:
             return False
+        if walker.undecided:
+            self.undecided = True
+        self.alive.append((walker.alive, None))  # their ids stay unique while we walk
+        return True
 
     def _elements(self, items: Any) -> list[bytes] | None:
         try:
-            return sorted(self.dumps(x) for x in items)
+            return sorted(self._norm_dumps(x) for x in items)
         except Exception:
             return None
 
@@ -387,7 +445,7 @@ class _Walker:
     def _pickled(self, a: Any, b: Any, path: str) -> Difference | None:
         """Objects without visible parts (C types, functions): compared by their pickles."""
         try:
-            same = self.dumps(a) == self.dumps(b)
+            same = self._norm_dumps(a) == self._norm_dumps(b)
         except Exception:
             try:
                 same = bool(a == b)
@@ -399,17 +457,40 @@ class _Walker:
 _MAX_UNPAIRED = 1000  # set elements tried against every other one (a NaN's hash is its id)
 
 
-def _class_pickle(dumps: Callable[[Any], bytes], cls: type) -> bytes:
-    """The class as pickled, without cloudpickle's id for a class it pickles by value (one
-    defined in ``__main__``): each process gives the same class another one."""
-    data = dumps(cls)
+_CLASS_ID = re.compile(rb"[0-9a-f]{32}")
+
+
+def _without_class_ids(data: bytes) -> bytes:
+    """``data`` with every class id known to cloudpickle's tracker replaced by one name."""
     cloudpickle = sys.modules.get("cloudpickle")
-    tracker = getattr(getattr(cloudpickle, "cloudpickle", None), "_get_or_create_tracker_id",
-                      None)
-    if tracker is not None:
-        with contextlib.suppress(Exception):
-            data = data.replace(str(tracker(cls)).encode(), b"<class tracker id>")
-    return data
+    known = getattr(getattr(cloudpickle, "cloudpickle", None), "_DYNAMIC_CLASS_TRACKER_BY_ID",
+                    None)
+    if not known:
+        return data
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        return b"<class id>" if match.group().decode() in known else match.group()
+
+    try:
+        return _CLASS_ID.sub(replace, data)
+    except Exception:
+        return data
+
+
+def _keyed(items: Any) -> list[tuple[bytes, Any]] | None:
+    """Each element with its pickle made without the memo (nothing shared, nothing
+    referred back to), or None if any cannot be pickled so (a cycle, a lambda)."""
+    try:
+        out = []
+        for x in items:
+            buf = io.BytesIO()
+            pickler = pickle.Pickler(buf, protocol=5)
+            pickler.fast = True
+            pickler.dump(x)
+            out.append((buf.getvalue(), x))
+        return out
+    except Exception:
+        return None
 
 
 def _pickles_itself(cls: type) -> bool:
@@ -476,10 +557,10 @@ def first_difference(a: Any, b: Any, *, path: str = "state", exclude: Iterable[s
         return pickle.dumps(x, protocol=5)
 
     walker = _Walker(dumps or default_dumps, frozenset(exclude))
-    try:
-        return walker.walk(a, b, path)
-    except RecursionError:
+    found = walker.walk(a, b, path)
+    if found is None and walker.undecided:
         return Difference(path, TOO_DEEP, "?", "?")
+    return found
 
 
 # -- the private store ----------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import random
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from resumable import ConfigurationError, ResumableError, checkpointed
-from resumable._audit import AuditReport, first_difference
+from resumable._audit import TOO_DEEP, AuditReport, first_difference
 from resumable.stores._memory import MemoryStore
 from tests import audit_targets as targets
 
@@ -546,6 +547,57 @@ def test_structured_arrays_with_object_fields_compare_by_value() -> None:
     b = np.array([(1, [1.0, 2.0]), (2, [-3.0])], dtype=dtype)
     diff = first_difference({"pop": a}, {"pop": b})
     assert diff is not None and diff.path == "state['pop'][1]['genes'][0]"
+
+
+def test_a_jumped_bit_generator_is_not_a_divergence() -> None:
+    """numpy's jumped() gives the new bit generator a SeedSequence of fresh OS entropy,
+    which no resumed run has alike; the draws are what count. Spawned children are."""
+    g = np.random.PCG64(1)
+    a, b = np.random.Generator(g.jumped()), np.random.Generator(g.jumped())
+    assert first_difference({"rngs": [a]}, {"rngs": [b]}) is None
+
+
+def test_masked_arrays_compare_by_data_mask_and_fill_value() -> None:
+    """A masked array read back has its default fill value set where the live one has
+    none: equal, not 'types differ: NoneType / numpy.ndarray'. Its mask counts."""
+    m = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    assert first_difference({"m": m}, {"m": pickle.loads(pickle.dumps(m))}) is None
+    other = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 0, 1])
+    diff = first_difference({"m": m}, {"m": other})
+    assert diff is not None and diff.path.startswith("state['m'].mask")
+
+
+def _deep(depth: int, leaf: Any) -> Any:
+    x = leaf
+    for _ in range(depth):
+        x = (x, 0)
+    return x
+
+
+def test_a_part_too_deep_to_compare_hides_no_difference_elsewhere() -> None:
+    """The walk could not finish a deep part, so it said 'too deeply nested to compare'
+    for the whole state, and islands accepted a republish whose 'best' differs."""
+    depth = sys.getrecursionlimit() * 2
+    diff = first_difference({"lineage": _deep(depth, 1.0), "best": 1.0},
+                            {"lineage": _deep(depth, 1.0), "best": 2.0})
+    assert diff is not None and diff.path == "state['best']"
+    diff = first_difference({"lineage": _deep(depth, 1.0), "best": 1.0},
+                            {"lineage": _deep(depth, 1.0), "best": 1.0})
+    assert diff is not None and diff.reason == TOO_DEEP
+    # in a set: undecided too, not 'elements differ'
+    diff = first_difference({_deep(depth, 1.0)}, {_deep(depth, 1.0)})
+    assert diff is not None and diff.reason == TOO_DEEP
+
+
+def test_large_sets_whose_elements_share_parts_differently_are_equal() -> None:
+    """Elements that hash by their id (a NaN inside) could only be paired one against
+    every other: 1,000 took seconds, 1,001 were 'different'."""
+    a = {("relu", "relu", float("nan"), i) for i in range(3000)}  # a NaN object each
+    b = {("".join(["re", "lu"]) if i == 7 else "relu", "relu", float("nan"), i)
+         for i in range(3000)}
+    assert first_difference(a, b) is None
+    b.add(("relu", "tanh", float("nan"), 0))
+    assert first_difference(a, b) is not None
 
 
 class _Linked:
