@@ -13,7 +13,6 @@ arguments, and the global RNGs are put back as they were.
 from __future__ import annotations
 
 import collections
-import collections.abc
 import contextlib
 import copyreg
 import dataclasses
@@ -501,7 +500,7 @@ def _pickles_itself(cls: type) -> bool:
 
 def _listed(parts: tuple[Any, ...]) -> tuple[Any, ...]:
     """A reduce tuple with its item iterators (list and dict items) made lists."""
-    return tuple(list(p) if isinstance(p, collections.abc.Iterator) else p for p in parts)
+    return tuple(list(p) if isinstance(p, Iterator) else p for p in parts)
 
 
 def _tname(t: type) -> str:
