@@ -764,6 +764,7 @@ class _Execution:
                      "not run again", run.where(), resumed.key.rsplit("/", 1)[1], step, age, step)
         else:
             log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
+            _identity.warn_if_older_version_derived_another(run, self.ident)
         start_step = step
         self.durable_step = step  # the checkpoint resumed from, or 0
         self.thread = threading.current_thread()

@@ -25,8 +25,7 @@ from ._runid import (
     code_fingerprint,
     derive_run_id,
     encode_arguments,
-    encode_value,
-    encode_value_and_legacy,
+    encode_value_as,
     fixed_run_id,
 )
 
@@ -46,9 +45,11 @@ class CallIdentity:
     ignored: dict[str, str] = field(default_factory=dict)  # ignored argument -> hash
     ignored_shown: dict[str, str] = field(default_factory=dict)
     code: str = ""  # hash of the decorated function's code
-    # identifying argument -> its hash as versions before ENCODING 2 computed it (paths
-    # were tuples), where that differs: a run they started under a fixed id resumes
-    legacy: dict[str, str] = field(default_factory=dict)
+    # identifying argument -> its value: to hash it as older versions of the encoding did
+    # (a run they recorded under a fixed id resumes), and to derive their run ids
+    values: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    older_ids: Callable[[], dict[int, str]] = field(
+        default=dict, compare=False, repr=False)
 
     def record(self) -> dict[str, Any]:
         return {"function": self.function, "version": self.version,
@@ -62,18 +63,27 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
     """The run id and fingerprint of a call (``arguments`` without the state)."""
     identifying = {k: v for k, v in arguments.items() if k not in ignore}
     fixed = fixed_run_id(run_id)
+    older_ids: Callable[[], dict[int, str]] = dict
     if fixed is None:
         encoded = encode_arguments(identifying)  # no stable value: ConfigurationError
         hashes = {k: _hash(v) for k, v in encoded.items()}
         rid = derive_run_id(func, identifying, version, encoded)
+
+        def older_ids() -> dict[int, str]:
+            found: dict[int, str] = {}
+            for encoding in range(ENCODING - 1, 0, -1):
+                try:
+                    old = derive_run_id(func, identifying, version,
+                                        encode_arguments(identifying, encoding))
+                except ConfigurationError:
+                    continue
+                if old != rid and old not in found.values():
+                    found[encoding] = old
+            return found
     else:
-        # A fixed id never needed the arguments' values: one without a stable value
-        # is compared by its type, as before, instead of failing.
-        hashes, legacy = {}, {}
-        for k, v in identifying.items():
-            hashes[k], old = _lenient_hashes(k, v)
-            if old is not None:
-                legacy[k] = old
+        # A fixed id never needed the arguments' values: a part without a stable value
+        # (a lock, a connection) is compared by its type, the rest by value.
+        hashes = {k: _lenient_hash(k, v) for k, v in identifying.items()}
         rid = fixed
     ignored = {k: v for k, v in arguments.items() if k in ignore}
     return CallIdentity(
@@ -83,7 +93,7 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
         ignored={k: _lenient_hash(k, v) for k, v in ignored.items()},
         ignored_shown={k: _show(v) for k, v in ignored.items()},
         code=code_fingerprint(func),
-        legacy=legacy if fixed is not None else {},
+        values=identifying, older_ids=older_ids,
     )
 
 
@@ -91,20 +101,18 @@ def _hash(encoded: bytes) -> str:
     return hashlib.sha256(encoded).hexdigest()[:16]
 
 
-def _lenient_hash(name: str, value: Any) -> str:
+def _lenient_hash(name: str, value: Any, encoding: int = ENCODING) -> str:
+    """The hash of an argument; the parts of it without a stable value count by type.
+
+    Versions before ENCODING 3 counted the whole argument by its type then (a lock in an
+    object hid all of it): ``encoding`` < 3 gives their hash, to check their records.
+    """
+    if encoding >= 3:
+        return _hash(encode_value_as(value, name, encoding, lenient=True))
     try:
-        return _hash(encode_value(value, name))
+        return _hash(encode_value_as(value, name, encoding))
     except ConfigurationError:
         return f"type:{type(value).__module__}.{type(value).__qualname__}"
-
-
-def _lenient_hashes(name: str, value: Any) -> tuple[str, str | None]:
-    """``_lenient_hash``, and the hash under ENCODING 1 where it differs (else None)."""
-    try:
-        data, legacy = encode_value_and_legacy(value, name)
-    except ConfigurationError:
-        return f"type:{type(value).__module__}.{type(value).__qualname__}", None
-    return _hash(data), (_hash(legacy) if legacy is not None else None)
 
 
 def _show(value: Any) -> str:
@@ -117,12 +125,17 @@ def _show(value: Any) -> str:
 
 
 def _same_function(recorded: str, current: str) -> bool:
-    """Equal names; or, where one side ran as a script (``__main__``), equal bare names:
-    ``python train.py`` and ``python -m pkg.train`` are the same code."""
+    """Equal names; or, where one side ran as a script (``__main__``), the same qualified
+    name at the end of the other's module: ``python train.py`` and ``python -m
+    pkg.train`` are the same code. (Not just the last name: ``__main__.GA.run`` is not
+    ``__main__.PSO.run``.)"""
     if recorded == current:
         return True
-    if recorded.startswith("__main__.") or current.startswith("__main__."):
-        return recorded.rsplit(".", 1)[-1] == current.rsplit(".", 1)[-1]
+    for main, other in ((recorded, current), (current, recorded)):
+        if main.startswith("__main__."):
+            qualname = main[len("__main__."):]
+            if other.endswith("." + qualname) and not other.startswith("__main__."):
+                return True
     return False
 
 
@@ -145,9 +158,18 @@ def check_call(run: Run, ident: CallIdentity,
     names = sorted((set(theirs) | set(ident.arguments)) - set(ignore))
     # A record without "encoding" was written before paths had tags of their own: its
     # hash of an argument holding a path is the old one (a fixed run id kept the run).
-    old = ident.legacy if "encoding" not in recorded else {}
-    differ = [n for n in names if theirs.get(n) != ident.arguments.get(n)
-              and (n not in old or theirs.get(n) != old[n])]
+    # A record without "encoding" was written before paths had tags of their own (1).
+    # Under an older encoding, this call's hash is compared as that encoding made it.
+    encoding = recorded.get("encoding", 1)
+    older = isinstance(encoding, int) and 1 <= encoding < ENCODING
+
+    def same(n: str) -> bool:
+        if theirs.get(n) == ident.arguments.get(n):
+            return True
+        return (older and n in theirs and n in ident.values
+                and theirs[n] == _lenient_hash(n, ident.values[n], encoding))
+
+    differ = [n for n in names if not same(n)]
     parts = [f"{n!r} ({shown.get(n, 'absent')} in the run, "
              f"{ident.shown.get(n, 'absent')} in this call)" for n in differ]
     if recorded.get("version") != ident.version:
@@ -232,6 +254,40 @@ def warn_if_code_changed(run: Run, ident: CallIdentity, resumed: Checkpoint) -> 
         "run", run.where(), resumed.key.rsplit("/", 1)[1], ident.function)
 
 
+def warn_if_older_version_derived_another(run: Run, ident: CallIdentity) -> None:
+    """A fresh start under a derived id: one WARNING when an older version of the encoding
+    derived another id for this call and that run has checkpoints.
+
+    Not resumed on its own: the older encodings gave one id to calls that this one tells
+    apart (np.float32(0.5) and 0.5), so that run may be another call's. The user knows.
+    """
+    if ident.fixed:
+        return
+    try:
+        older = ident.older_ids()
+    except Exception:  # (an argument an older encoding could not take: no older run)
+        return
+    for encoding, old in sorted(older.items(), reverse=True):
+        other = Run(run.store, old)
+        try:
+            names = other.checkpoint_names()
+            record = other.read_record(IDENTITY, "identity") if names else None
+        except Exception:
+            return  # the store fails: the run's own operations report that
+        if record is not None and record.get("encoding", 1) == ENCODING:
+            continue  # this version started that run: it is another call's
+        if names:
+            log.warning(
+                "run %s starts fresh, but %s has %d checkpoint(s): that is the id an older "
+                "version of resumable (run id encoding %d) derived for this call. This "
+                "version tells apart arguments that one took as equal (numpy scalars and "
+                "Python numbers, a 0-d array and a 1-element one, an OrderedDict's order, "
+                "classes made at run time). If that run is this call's, resume it with "
+                "run_id=%r (or $RESUMABLE_RUN_ID); if not, delete it with `resumable rm %s "
+                "%s`", run.where(), other.where(), len(names), encoding, old, run.store.url, old)
+            return
+
+
 def check_version(version: Any) -> str | int | None:
     if version is None or (isinstance(version, (str, int)) and not isinstance(version, bool)):
         return version
@@ -256,9 +312,10 @@ def check_ignore(func: Callable[..., Any], ignore: tuple[str, ...], state_arg: s
     params = [p for p in inspect.signature(func).parameters if p != state_arg]
     unknown = [n for n in ignore if n not in params]
     if unknown:
+        what = ("the state (never part of the run's identity)" if unknown == [state_arg]
+                else f"{'not a parameter' if len(unknown) == 1 else 'not parameters'}")
         raise ConfigurationError(
             f"ignore names {', '.join(map(repr, unknown))}, which "
-            f"{'is' if len(unknown) == 1 else 'are'} not "
-            f"{'the state' if unknown == [state_arg] else 'a parameter'}; the parameters "
+            f"{'is' if len(unknown) == 1 else 'are'} {what}; the parameters ignore= can name "
             f"are {', '.join(params) or 'none'}"
         )

@@ -57,8 +57,11 @@ def validate_run_id(run_id: str, source: str = "run_id") -> str:
 
 _MAX_DEPTH = 100
 # The version of the encoding, kept in a run's identity record. 2: paths have tags of
-# their own (before, a path was the tuple ("path", str(path))).
-ENCODING = 2
+# their own (before, a path was the tuple ("path", str(path))). 3: numpy scalars by dtype
+# and bytes (before, by .item(): np.float32(0.5) was 0.5), a 0-d array's own shape,
+# Fortran order, an OrderedDict's order, attributes of list, tuple and dict subclasses
+# and a dataclass's attributes beyond its fields, classes made at run time by value.
+ENCODING = 3
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _FAST = frozenset(_ATOMS)
 
@@ -71,9 +74,13 @@ class _Encoder:
     where a value sits in the call (``self.rng``, ``fitness.__closure__[0]``), for errors.
     """
 
-    def __init__(self, *, legacy_paths: bool = False) -> None:
+    def __init__(self, *, encoding: int = ENCODING, lenient: bool = False) -> None:
         self._active: dict[int, int] = {}  # id of a container on the current path -> depth
-        self.legacy_paths = legacy_paths  # encode paths as encoding 1 did (old records)
+        self.encoding = encoding  # as that version of the encoding did (older records)
+        self.legacy_paths = encoding == 1
+        # A part with no stable value becomes a marker of its type (the rest still
+        # counts) instead of a ConfigurationError: under a fixed run id.
+        self.lenient = lenient
         self.paths = 0  # how many paths were encoded
         self.np = _numpy.loaded()  # once per encoding, not per container
 
@@ -91,6 +98,9 @@ class _Encoder:
 
     def _encode(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
         if depth > _MAX_DEPTH:
+            if self.lenient:
+                out += b"deep;"
+                return
             raise ConfigurationError(f"cannot derive a run id: {path} is nested more than "
                                      f"{_MAX_DEPTH} levels deep; pass run_id= or ignore=")
         if isinstance(obj, (*_ATOMS, enum.Enum)):
@@ -101,8 +111,14 @@ class _Encoder:
             out += f"ref:{self._active[key]};".encode()
             return
         self._active[key] = depth
+        mark = len(out)
         try:
             self._compound(obj, out, path, depth + 1)
+        except ConfigurationError:
+            if not self.lenient:
+                raise
+            del out[mark:]  # what it wrote of obj before failing, then only its type
+            out += f"unstable:{_name(type(obj))};".encode()
         finally:
             del self._active[key]
 
@@ -130,6 +146,7 @@ class _Encoder:
                 else:
                     enc(item, out, f"{path}[{i}]", depth)
             out += b"]"
+            self._extra_attrs(obj, out, path, depth)
         elif isinstance(obj, _Attrs):
             items = sorted(self._sub(name, path, depth) + b"="
                            + self._sub(value, f"{path}.{name}", depth)
@@ -143,13 +160,22 @@ class _Encoder:
                 out += f"mapping:{_name(type(obj))}:".encode()
                 if isinstance(obj, collections.defaultdict):
                     enc(obj.default_factory, out, f"{path}.default_factory", depth)
-            items = sorted(self._sub(k, f"{path} key", depth) + b"="
-                           + self._sub(v, f"{path}[{k!r}]", depth) for k, v in obj.items())
+            items = [self._sub(k, f"{path} key", depth) + b"="
+                     + self._sub(v, f"{path}[{_key(k)}]", depth) for k, v in obj.items()]
+            if not (self.encoding >= 3 and isinstance(obj, collections.OrderedDict)):
+                items.sort()  # (an OrderedDict's order is part of its value)
             out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
+            self._extra_attrs(obj, out, path, depth)
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             out += f"dc:{type(obj).__module__}.{tag}".encode()
-            enc(_Attrs({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}), out,
-                path, depth)
+            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+            enc(_Attrs(fields), out, path, depth)
+            if self.encoding >= 3:
+                extra = getattr(obj, "__dict__", None)
+                if isinstance(extra, dict) and set(extra) - set(fields):
+                    out += b"dcextra"
+                    enc(_Attrs({k: v for k, v in extra.items() if k not in fields}), out,
+                        path, depth)
         elif np is not None and isinstance(obj, np.ndarray):
             if obj.dtype.hasobject:
                 if obj.dtype != object:
@@ -162,7 +188,14 @@ class _Encoder:
                 arr = np.ascontiguousarray(obj)
                 # A structured or void dtype's str is only its size (|V16): use its fields.
                 dtype = (repr(arr.dtype.descr) if arr.dtype.kind == "V" else arr.dtype.str)
-                out += f"ndarray:{dtype}:{arr.shape}:".encode() + arr.tobytes()
+                shape = arr.shape
+                if self.encoding >= 3:
+                    # (ascontiguousarray makes a 0-d array 1-d.) Fortran order: equal
+                    # values, but sums along an axis add in another order.
+                    shape = obj.shape
+                    if obj.ndim > 1 and obj.flags.f_contiguous and not obj.flags.c_contiguous:
+                        dtype += ":F"
+                out += f"ndarray:{dtype}:{shape}:".encode() + arr.tobytes()
             if type(obj) is not np.ndarray:  # a subclass: its class and what it adds
                 out += f"ndsub:{_name(type(obj))}:".encode()
                 if isinstance(obj, np.ma.MaskedArray):
@@ -171,13 +204,23 @@ class _Encoder:
                 else:
                     enc(_Attrs(getattr(obj, "__dict__", {})), out, path, depth)
         elif np is not None and isinstance(obj, np.generic):
-            enc(obj.item(), out, path, depth)
+            if self.encoding < 3:
+                enc(obj.item(), out, path, depth)
+            else:
+                self._numpy_scalar(obj, out, path, depth)
+        elif _is_global_rng(obj):
+            # random's and numpy's global RNG (a scipy frozen distribution holds numpy's):
+            # seeded from the OS in every process; capture_rng keeps its state, not this
+            out += f"global-rng:{_name(type(obj))};".encode()
         elif (state := _rng_state(obj)) is not None:
             # RNGs are identified by their state: seeded alike is the same argument.
             out += f"rng:{type(obj).__module__}.{tag}".encode()
             enc(state, out, f"{path} state", depth)
         elif isinstance(obj, type):
-            out += f"type:{_name(obj)};".encode()
+            if self.encoding >= 3 and _resolve(obj.__module__, obj.__qualname__) is not obj:
+                self._class_by_value(obj, out, path, depth)
+            else:
+                out += f"type:{_name(obj)};".encode()
         elif isinstance(obj, types.ModuleType):
             out += f"module:{obj.__name__};".encode()
         elif (isinstance(obj, (types.BuiltinFunctionType, types.MethodType))
@@ -209,6 +252,47 @@ class _Encoder:
             self._fail(obj, path, "a bare object() is only ever equal to itself")
         else:
             self._reduce(obj, out, path, depth)
+
+    def _extra_attrs(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
+        """A list, tuple or dict subclass's own attributes (a genome's ``sigma``)."""
+        if self.encoding < 3:
+            return
+        extra = getattr(obj, "__dict__", None)
+        if isinstance(extra, dict) and extra:
+            out += b"attrs"
+            self._encode(_Attrs(extra), out, path, depth)
+
+    def _numpy_scalar(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
+        """By dtype and bytes: np.float32(0.5) is not 0.5 (float32 arithmetic gives
+        other bits, int32 overflows)."""
+        dtype = obj.dtype
+        if dtype.hasobject:  # a structured scalar with object fields
+            self._fail(obj, path, "its structured dtype holds Python objects")
+        token = repr(dtype.descr) if dtype.kind == "V" else dtype.str
+        if dtype.kind in "fc" and dtype.itemsize not in (2, 4, 8, 16 if dtype.kind == "c" else 8):
+            # long doubles: padding bytes around the 80 bits are not part of the value;
+            # numpy's repr is the shortest string that reads back the same value
+            out += f"npscalar:{token}:{obj!r};".encode()
+            return
+        data = obj.tobytes()
+        out += f"npscalar:{token}:{len(data)}:".encode() + data
+
+    def _class_by_value(self, cls: type, out: bytearray, path: str, depth: int) -> None:
+        """A class made at run time (in a function, or by type()): its name leads
+        nowhere, or to another class, so its bases and attributes identify it."""
+        out += f"class:{_name(cls)}(".encode()
+        self._encode(cls.__bases__, out, f"{path}.__bases__", depth)
+        out += b")"
+        attrs: dict[str, Any] = {}
+        for name, value in vars(cls).items():
+            if name in _CLASS_BOOKKEEPING:
+                continue
+            if isinstance(value, (staticmethod, classmethod)):
+                value = (type(value).__name__, value.__func__)
+            elif isinstance(value, property):
+                value = ("property", value.fget, value.fset, value.fdel)
+            attrs[name] = value
+        self._encode(_Attrs(attrs), out, f"{path}.__dict__", depth)
 
     def _sub(self, obj: Any, path: str, depth: int) -> bytes:
         buf = bytearray()
@@ -276,6 +360,14 @@ class _Encoder:
             self._encode(dict(pairs), out, path, depth)
 
 
+def _key(k: Any) -> str:
+    """A dict key in an error's path (its repr, unless that fails too)."""
+    try:
+        return repr(k)
+    except Exception:
+        return f"<{type(k).__qualname__} key>"
+
+
 def _resolve(module: str, qualname: str) -> Any:
     """The object ``module.qualname`` names, or None when it names nothing (``<locals>``)."""
     found: Any = sys.modules.get(module)
@@ -289,6 +381,16 @@ def _resolve(module: str, qualname: str) -> Any:
         if found is None:
             return None
     return found
+
+
+# What Python, pickle, abc and dataclasses put in a class's __dict__ besides its
+# behaviour and configuration (pickle caches __slotnames__ on a class it pickled).
+_CLASS_BOOKKEEPING = frozenset({
+    "__module__", "__dict__", "__weakref__", "__doc__", "__qualname__", "__slotnames__",
+    "__annotations__", "__firstlineno__", "__static_attributes__", "__orig_bases__",
+    "__parameters__", "__dataclass_fields__", "__dataclass_params__", "__match_args__",
+    "__abstractmethods__", "_abc_impl",
+})
 
 
 class _Attrs(dict[str, Any]):
@@ -392,14 +494,10 @@ def encode_value(value: Any, path: str) -> bytes:
     return _Encoder().encode(value, path)
 
 
-def encode_value_and_legacy(value: Any, path: str) -> tuple[bytes, bytes | None]:
-    """The encoding of ``value``, and the one before paths had tags of their own
-    (ENCODING 1) when ``value`` holds a path, else None: to check older records."""
-    enc = _Encoder()
-    data = enc.encode(value, path)
-    if not enc.paths:
-        return data, None
-    return data, _Encoder(legacy_paths=True).encode(value, path)
+def encode_value_as(value: Any, path: str, encoding: int, *, lenient: bool = False) -> bytes:
+    """The encoding of ``value`` as version ``encoding`` of it did (to check older
+    records and find runs older versions derived)."""
+    return _Encoder(encoding=encoding, lenient=lenient).encode(value, path)
 
 
 def fingerprint(value: Any, path: str) -> str:
@@ -417,9 +515,10 @@ def code_fingerprint(func: Callable[..., Any]) -> str:
     return hashlib.sha256(bytes(buf)).hexdigest()[:16]
 
 
-def encode_arguments(arguments: Mapping[str, Any]) -> dict[str, bytes]:
+def encode_arguments(arguments: Mapping[str, Any],
+                     encoding: int = ENCODING) -> dict[str, bytes]:
     """Each argument's encoding; errors name the argument (``self.rng``, ``fitness...``)."""
-    return {name: encode_value(value, name) for name, value in arguments.items()}
+    return {name: encode_value_as(value, name, encoding) for name, value in arguments.items()}
 
 
 def derive_run_id(func: Callable[..., Any], arguments: Mapping[str, Any],

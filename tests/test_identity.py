@@ -688,7 +688,13 @@ def test_show_prints_which_attempt_ran_with_which_ignored_values(tmp_path: Path)
 # -- RNG objects among the arguments ------------------------------------------------------
 
 
+_WALKER_CRASH_AT: list[int] = []  # (not in the class: a class made at run time is
+# identified by its value, and the restarted process's class has the same code)
+
+
 def walker_class(store: str, run_id: str | None, crash_at: int = 0) -> type:
+    _WALKER_CRASH_AT[:] = [crash_at]
+
     class Walker:
         def __init__(self, seed: int) -> None:
             self.rng = np.random.default_rng(seed)
@@ -699,7 +705,7 @@ def walker_class(store: str, run_id: str | None, crash_at: int = 0) -> type:
             while state["i"] < steps:
                 state["x"] += self.rng.normal()
                 state["i"] += 1
-                if state["i"] == crash_at:
+                if state["i"] == _WALKER_CRASH_AT[0]:
                     raise RuntimeError("crash")
                 yield state
             return state["x"]
@@ -708,13 +714,16 @@ def walker_class(store: str, run_id: str | None, crash_at: int = 0) -> type:
 
 
 @pytest.mark.parametrize("run_id", [None, "walker"])
-def test_method_with_self_rng_resumes_bit_identical(memory_url: str, run_id: str | None) -> None:
+def test_method_with_self_rng_resumes_bit_identical(memory_url: str, run_id: str | None,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     """self.rng is captured with each checkpoint and restored in place on resume."""
     reference = walker_class(f"{memory_url}-ref", run_id)(3).walk(10)
     with pytest.raises(RuntimeError):
         walker_class(memory_url, run_id, crash_at=6)(3).walk(10)
     walker = walker_class(memory_url, run_id)  # as in a new process: a new class, instance
-    assert walker(3).walk(10) == reference
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert walker(3).walk(10) == reference
+    assert "resuming run" in caplog.text  # the same run: not started over
     if run_id is None:
         assert walker(3).walk.run_id(10) == walker(3).walk.run_id(10)
 
@@ -888,3 +897,282 @@ def test_a_global_name_that_is_not_the_object_is_not_its_identity() -> None:
     else:
         assert one != two
     assert rid(functools.reduce) == rid(functools.reduce)  # real globals keep working
+
+
+# -- review 27: values that encoded alike, and encodings of older versions ------------------
+
+
+def test_numpy_scalars_are_told_apart_by_their_dtype() -> None:
+    """np.float32(0.5) and 0.5 were one run (encoded by .item()); so were np.int32(1),
+    np.int64(1) and 1. float32 arithmetic gives other bits, int32 overflows."""
+    values = [0.5, np.float32(0.5), np.float16(0.5), 1, np.int32(1),
+              np.int64(1), np.uint8(1), True, np.bool_(True),
+              np.datetime64(5, "ns"), np.timedelta64(5, "ns")]
+    ids = [rid(v) for v in values]
+    shared = [v for v, i in zip(values, ids, strict=True) if ids.count(i) > 1]
+    assert not shared, shared
+    assert rid(np.float32(0.5)) == rid(np.float32(0.5))
+    assert rid(np.float32(0.5)) != rid(np.float32(0.25))
+    # np.float64 is a float (a subclass), with the same arithmetic: one run, as before
+    assert rid(np.float64(0.5)) == rid(0.5)
+
+
+def test_a_long_double_scalar_has_an_identity() -> None:
+    """np.longdouble scalars failed with 'nested more than 100 levels deep' (.item() of a
+    long double is the long double itself)."""
+    assert rid(np.longdouble("0.1")) == rid(np.longdouble("0.1"))
+    assert rid(np.longdouble("0.1")) != rid(np.longdouble("0.2"))
+    assert rid(np.clongdouble(1 + 2j)) != rid(np.clongdouble(1 + 3j))
+
+
+def test_a_0d_array_is_not_a_1_element_array() -> None:
+    assert rid(np.array(0.5)) != rid(np.array([0.5]))
+
+
+def test_a_fortran_ordered_array_is_not_its_c_ordered_copy() -> None:
+    """Equal values, but row sums of one and the other add in another order."""
+    a = np.arange(12.0).reshape(3, 4)
+    assert rid(a) != rid(np.asfortranarray(a))
+    assert rid(np.asfortranarray(a)) == rid(np.asfortranarray(a.copy()))
+
+
+def test_an_ordered_dict_keeps_its_order() -> None:
+    a = collections.OrderedDict([("a", 1), ("b", 2)])
+    b = collections.OrderedDict([("b", 2), ("a", 1)])
+    assert a != b and rid(a) != rid(b)
+    assert rid({"a": 1, "b": 2}) == rid({"b": 2, "a": 1})  # a dict's order is not its value
+
+
+class _Genome(list):  # type: ignore[type-arg]
+    pass
+
+
+class _Params(dict):  # type: ignore[type-arg]
+    pass
+
+
+def test_container_subclasses_and_dataclasses_keep_their_attributes() -> None:
+    import dataclasses
+
+    g1, g2 = _Genome([1.0]), _Genome([1.0])
+    g1.sigma, g2.sigma = 0.1, 5.0  # type: ignore[attr-defined]
+    assert rid(g1) != rid(g2)
+    p1, p2 = _Params(a=1), _Params(a=1)
+    p1.scale, p2.scale = 1, 2  # type: ignore[attr-defined]
+    assert rid(p1) != rid(p2)
+
+    @dataclasses.dataclass
+    class Cfg:
+        pop: int
+
+    c1, c2 = Cfg(10), Cfg(10)
+    c1.mutation, c2.mutation = 0.1, 0.9  # type: ignore[attr-defined]
+    assert rid(c1) != rid(c2)
+    assert rid(Cfg(10)) == rid(Cfg(10))
+
+
+def _local_config(lr: float) -> type:
+    class Config:
+        LR = lr
+
+        def rate(self) -> float:
+            return lr
+
+        @staticmethod
+        def tag() -> str:
+            return "t"
+
+        @property
+        def double(self) -> float:
+            return 2 * lr
+
+    return Config
+
+
+def test_classes_made_at_run_time_are_identified_by_value() -> None:
+    """Classes made in a function or by type() were identified by name only: two calls
+    with other class attributes, or other closures in their methods, were one run."""
+    assert rid(_local_config(0.1)) != rid(_local_config(0.9))
+    assert rid(_local_config(0.1)) == rid(_local_config(0.1))
+    assert rid(_local_config(0.1)()) != rid(_local_config(0.9)())
+    assert rid(_local_config(0.1)()) == rid(_local_config(0.1)())
+    assert rid(type("Opt", (), {"lr": 0.1})) != rid(type("Opt", (), {"lr": 0.9}))
+    assert rid(Scaler) == rid(Scaler)  # a module's class: by name, as before
+
+
+def test_a_fixed_run_id_compares_what_it_can_of_an_argument_with_a_lock(
+        tmp_path: Path) -> None:
+    """Under a fixed run id an argument without a stable value was compared by its type
+    alone: Experiment(500) silently got Experiment(10)'s stored result."""
+
+    class Experiment:
+        def __init__(self, pop_size: int) -> None:
+            self.pop_size = pop_size
+            self.lock = threading.Lock()
+
+    @checkpointed(store=str(tmp_path), run_id="ga-2024")
+    def evolve(exp: Experiment, *, state: Any = None) -> Any:
+        yield exp.pop_size
+        return exp.pop_size
+
+    assert evolve(Experiment(10)) == 10
+    assert evolve(Experiment(10)) == 10
+    with pytest.raises(RunMismatchError, match="'exp'"):
+        evolve(Experiment(500))
+
+
+_MAIN_TWO_CLASSES = """
+import sys
+from resumable import checkpointed, RunMismatchError
+
+class GA:
+    @staticmethod
+    @checkpointed(store=sys.argv[1], run_id="job-42")
+    def run(n, *, state=None):
+        yield 1
+        return "GA"
+
+class PSO:
+    @staticmethod
+    @checkpointed(store=sys.argv[1], run_id="job-42")
+    def run(n, *, state=None):
+        yield 1
+        return "PSO"
+
+print(GA.run(10))
+try:
+    print(PSO.run(10))
+except RunMismatchError as err:
+    print("mismatch", "function" in err.differences)
+"""
+
+
+def test_a_script_function_matches_only_its_own_qualified_name(tmp_path: Path) -> None:
+    """Under a fixed run id, __main__.GA.run and __main__.PSO.run were 'the same function'
+    (their last names were compared, for `python x.py` against `python -m pkg.x`)."""
+    script = tmp_path / "two.py"
+    script.write_text(_MAIN_TWO_CLASSES)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["GA", "mismatch True"]
+
+
+def test_same_function_compares_qualified_names_across_main() -> None:
+    from resumable._identity import _same_function
+
+    assert _same_function("__main__.GA.run", "pkg.train.GA.run")
+    assert _same_function("pkg.train.evolve", "__main__.evolve")
+    assert not _same_function("__main__.GA.run", "__main__.PSO.run")
+    assert not _same_function("__main__.GA.run", "pkg.train.PSO.run")
+
+
+def _rewrite_identity_record(url: str, run_id: str, edit: Callable[[dict[str, Any]], None]
+                             ) -> None:
+    from resumable import _format
+
+    store = open_store(url)
+    key = f"{run_id}/identity"
+    raw = store.get(key)
+    assert raw is not None
+    got = _format.decode(raw, kind="identity", name=key)
+    record = json.loads(bytes(got.frames[0]))
+    edit(record)
+    store.put(key, _format.encode(
+        [json.dumps(record, sort_keys=True).encode()], kind="identity", serializer="raw",
+        epoch=got.header.epoch, created=got.header.created, name=key))
+
+
+def test_a_fixed_run_recorded_by_encoding_2_resumes_with_its_numpy_scalar(
+        tmp_path: Path) -> None:
+    """A run a version before encoding 3 started under run_id= with np.float32(0.5) (its
+    hash was that of 0.5) resumes after the upgrade; 0.25 is still another call."""
+    import hashlib
+
+    from resumable._runid import encode_value_as
+
+    url = str(tmp_path / "store")
+    crashed: list[int] = []
+
+    @checkpointed(store=url, run_id="job-scalar")
+    def train(rate: Any, n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+            if state == 2 and not crashed:
+                crashed.append(state)
+                raise RuntimeError("the pod died")
+        return state
+
+    with pytest.raises(RuntimeError):
+        train(np.float32(0.5), 4)
+
+    def as_encoding_2(record: dict[str, Any]) -> None:
+        record["encoding"] = 2
+        record["arguments"]["rate"] = hashlib.sha256(
+            encode_value_as(np.float32(0.5), "rate", 2)).hexdigest()[:16]
+
+    _rewrite_identity_record(url, "job-scalar", as_encoding_2)
+    with pytest.raises(RunMismatchError, match="'rate'"):
+        train(np.float32(0.25), 4)
+    assert train(np.float32(0.5), 4) == 4
+
+
+def test_a_derived_run_an_older_encoding_named_is_pointed_out_not_resumed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """After the upgrade a call with a numpy scalar derives another run id. It starts
+    fresh (the old id was also 0.5's: it may be that call's run), with a WARNING that
+    names the old run and how to resume it."""
+    import hashlib
+
+    from resumable._runid import derive_run_id, encode_arguments, encode_value_as
+
+    url = str(tmp_path / "store")
+    crash = [True]
+
+    def body(rate: Any, *, state: Any = None) -> Any:
+        yield 1
+        if crash:
+            raise RuntimeError("the pod died")
+        return "done"
+
+    train = checkpointed(store=url)(body)
+    arguments = {"rate": np.float32(0.5)}
+    old = derive_run_id(body, arguments, None, encode_arguments(arguments, 2))
+    assert old != train.run_id(np.float32(0.5))
+    with pytest.raises(RuntimeError):  # the run an older version started, under that id
+        checkpointed(store=url, run_id=old)(body)(np.float32(0.5))
+
+    def as_encoding_2(record: dict[str, Any]) -> None:
+        record["encoding"] = 2
+        record["arguments"]["rate"] = hashlib.sha256(
+            encode_value_as(np.float32(0.5), "rate", 2)).hexdigest()[:16]
+
+    _rewrite_identity_record(url, old, as_encoding_2)
+    crash.clear()
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert train(np.float32(0.5)) == "done"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and old in warnings[0] and f"run_id={old!r}" in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert train(np.float32(0.5)) == "done"  # complete: nothing to point out
+        assert train(np.float32(0.25)) == "done"  # no older run of its own
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert checkpointed(store=url, run_id=old)(body)(np.float32(0.5)) == "done"  # resumes
+
+
+class _HoldsRng:
+    def __init__(self, rng: Any) -> None:
+        self.rng = rng
+
+
+def test_an_argument_holding_a_global_rng_is_not_identified_by_its_state() -> None:
+    """scipy's frozen distributions hold numpy's global RandomState, seeded from the OS in
+    every process: its state in the run id gave every restart a new run."""
+    for rng in (np.random.mtrand._rand, random._inst):  # type: ignore[attr-defined]
+        before = rid(_HoldsRng(rng))
+        rng.random()
+        assert rid(_HoldsRng(rng)) == before
+    assert rid(_HoldsRng(np.random.RandomState(1))) != rid(_HoldsRng(np.random.RandomState(2)))

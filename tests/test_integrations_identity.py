@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -646,3 +647,59 @@ def test_pygad_run_mismatch_names_the_ga_attribute_that_differs(tmp_path: Path) 
         run(ga(0.2), store=str(tmp_path), run_id="pygad-fixed")
     assert "mutation_probability" in err.value.differences, str(err.value)
     assert "'mutation_probability' (0.1 in the run, 0.2 in this call)" in str(err.value)
+
+
+_FROZENSET_CONST = """
+from resumable.integrations._identity import digest
+
+def objective(x):
+    return x in {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}
+
+print(digest({"f": objective}))
+"""
+
+
+def test_a_set_literal_in_a_function_is_the_same_in_every_process() -> None:
+    """Code constants were described by repr(): a frozenset's repr lists its items in hash
+    order, so every process (PYTHONHASHSEED) derived another run id for the same call."""
+    import os
+
+    digests = set()
+    for seed in ("1", "2", "3"):
+        out = subprocess.run([sys.executable, "-c", _FROZENSET_CONST], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert out.returncode == 0, out.stderr
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1, digests
+
+
+_ORDER = {"a": 1, "b": 2}
+
+
+class _Penalty:
+    def __init__(self, name: str, weights: list[float]) -> None:
+        self.name, self.weights = name, weights
+
+    def __hash__(self) -> int:  # (as an address would: other in every process)
+        return _ORDER[self.name]
+
+
+def test_set_items_that_share_an_object_are_described_alike_in_any_order() -> None:
+    """Set items were described in iteration order with one table of references: an
+    object two items share was described in full under the first item and as a reference
+    under the second, so another order (hashes by address) gave another run id."""
+    shared = [0.5, 0.25]
+    _ORDER.update(a=1, b=2)
+    first = frozenset([_Penalty("a", shared), _Penalty("b", shared)])
+    _ORDER.update(a=2, b=1)
+    second = frozenset([_Penalty("b", shared), _Penalty("a", shared)])
+    assert [p.name for p in first] != [p.name for p in second]  # iterated in other orders
+    assert digest({"p": first}) == digest({"p": second})
+    assert digest({"p": first}) != digest({"p": frozenset([_Penalty("a", [0.5, 0.5])])})
+
+
+def test_an_object_holding_a_global_rng_has_one_digest() -> None:
+    holder = types.SimpleNamespace(rng=np.random.mtrand._rand)
+    before = digest({"h": holder})
+    np.random.random()
+    assert digest({"h": holder}) == before

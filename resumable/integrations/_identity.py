@@ -48,10 +48,15 @@ class _Describer:
         self.h.update(f"{tag}:{len(data)}:".encode())
         self.h.update(data)
 
-    def sub(self, obj: Any, path: str, depth: int) -> bytes:
-        """The digest of ``obj`` alone (for sorting set and mapping items)."""
+    def sub(self, obj: Any, path: str, depth: int, own_refs: bool = False) -> bytes:
+        """The digest of ``obj`` alone (for sorting set and mapping items).
+
+        ``own_refs``: references inside ``obj`` are numbered on their own (a copy of the
+        table so far), for a set's items, whose order depends on hashes (an object hashed
+        by its address is visited first in one process and last in another)."""
         inner = _Describer()
-        inner.seen, inner.keep = self.seen, self.keep
+        inner.seen = dict(self.seen) if own_refs else self.seen
+        inner.keep = self.keep
         inner.walk(obj, path, depth)
         return inner.h.digest()
 
@@ -118,6 +123,12 @@ class _Describer:
         if isinstance(obj, logging.Logger):
             self.put("logger", obj.name.encode())
             return
+        if obj is getattr(random, "_inst", None) or (
+                np is not None and obj is getattr(np.random.mtrand, "_rand", None)):
+            # the module's global RNG (scipy's frozen distributions hold numpy's): seeded
+            # from the OS in every process; its state is not the call's (capture_rng)
+            self.put("global-rng", f"{t.__module__}.{t.__qualname__}".encode())
+            return
         if isinstance(obj, random.Random):
             self.put("random", f"{t.__module__}.{t.__qualname__}".encode())
             self.walk(obj.getstate(), f"{path}.getstate()", depth + 1)
@@ -180,7 +191,8 @@ class _Describer:
                 self.walk(dict(extra), f"{path}.__dict__", depth + 1)
             return
         if isinstance(obj, (set, frozenset)):
-            parts = sorted(self.sub(item, f"{path}{{...}}", depth + 1) for item in obj)
+            parts = sorted(self.sub(item, f"{path}{{...}}", depth + 1, own_refs=True)
+                           for item in obj)
             self.put(f"set:{t.__qualname__}", b"".join(parts))
             return
         if isinstance(obj, Mapping):
@@ -227,7 +239,18 @@ class _Describer:
             if isinstance(const, types.CodeType):
                 self._code(const)
             else:
-                self.put("const", repr(const).encode())
+                self.put("const", _const_repr(const).encode())
+
+
+def _const_repr(const: Any) -> str:
+    """A code constant's repr, with a frozenset's items sorted: its repr lists them in
+    hash order, which for strings differs between processes (PYTHONHASHSEED)."""
+    if isinstance(const, frozenset):
+        return "frozenset({" + ", ".join(sorted(map(_const_repr, const))) + "})"
+    if type(const) is tuple and any(isinstance(c, (frozenset, tuple)) for c in const):
+        inner = ", ".join(map(_const_repr, const))
+        return f"({inner},)" if len(const) == 1 else f"({inner})"
+    return repr(const)
 
 
 # Classes that a library makes at run time from the caller's arguments, whose class
