@@ -819,10 +819,17 @@ class Run:
             raise
 
     def prune(self) -> None:
+        """Delete all but the newest ``keep`` checkpoints of this attempt's epoch and the
+        ones before it. A name from a later epoch is left alone, and not counted: a newer
+        attempt's (the fence check stops this one) or a stray object named like one
+        (which, sorted last, made retention delete every good checkpoint, the one just
+        written too)."""
         if self.keep is None:
             return
-        while len(self._known) > self.keep:
-            old = self._known.pop(0)
+        ours = [n for n in self._known
+                if (parsed := parse_ckpt_name(n)) is not None and parsed[0] <= self.epoch]
+        for old in ours[: max(0, len(ours) - self.keep)]:
+            self._known.remove(old)
             self.store.delete(self.key(old))
 
     def write_rng_start(self, rng: _rng.RngState, name: str = RNG_START) -> None:

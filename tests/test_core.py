@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import subprocess
@@ -918,3 +919,34 @@ def test_the_upload_thread_takes_every_newest_save_whether_it_idles_runs_or_rest
         go.set()
         up.close()
     assert ran[-1] == "after a rest", ran
+
+
+def test_a_stray_object_named_like_a_later_checkpoint_costs_no_good_checkpoint(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A foreign object named ckpt-99999999-... (sorted after every name the run writes)
+    was counted by retention as the newest checkpoint: with keep=1, every checkpoint the
+    next attempt wrote was deleted as soon as written, and the attempt after that found
+    nothing that verified (CheckpointCorruptError, all progress lost)."""
+    crash_at = [3, 7]
+
+    @checkpointed(store=str(tmp_path), run_id="stray", keep=1)
+    def body(n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+            if crash_at and state == crash_at[0]:
+                crash_at.pop(0)
+                raise RuntimeError("the pod died")
+        return state
+
+    with pytest.raises(RuntimeError):
+        body(10)
+    (tmp_path / "stray" / "ckpt-99999999-000000000001").write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError):
+        body(10)
+    names = sorted(p.name for p in (tmp_path / "stray").glob("ckpt-*"))
+    assert names == ["ckpt-00000002-000000000007", "ckpt-99999999-000000000001"]
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert body(10) == 10
+    assert "from ckpt-00000002-000000000007" in caplog.text

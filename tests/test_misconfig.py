@@ -199,3 +199,23 @@ def test_a_valid_run_id_is_never_read_as_a_store(
     monkeypatch.chdir(tmp_path / "store")  # ./run-a is a folder here
     code, out, err = _cli("show", "run-a")
     assert code == 0 and "ckpt-" in out, err
+
+
+def test_a_regular_file_where_the_run_folder_goes(tmp_path: Path) -> None:
+    """<store>/<run id> is a file: a StoreError naming the store, the key and what to do.
+    Before, removing the temp file after the failed write raised NotADirectoryError over
+    it (no URL, not a ResumableError, the generic exit status)."""
+    from resumable import StoreError
+
+    (tmp_path / "rf").write_text("I am a file")
+
+    @checkpointed(store=str(tmp_path), run_id="rf")
+    def body(n: int, *, state: Any = None) -> Any:
+        yield 1
+        return n
+
+    with pytest.raises(StoreError) as info:
+        body(3)
+    message = str(info.value)
+    assert str(tmp_path) in message and "rf/" in message and "not a folder" in message
+    assert (tmp_path / "rf").read_text() == "I am a file"

@@ -61,6 +61,8 @@ class LocalStore:
             errno.EDQUOT: "the disk quota is exhausted; free space",
             errno.EACCES: "permission denied; check the folder's owner and mode",
             errno.EROFS: "the file system is read-only; mount it writable",
+            errno.ENOTDIR: "a part of that path is a file, not a folder: move it away",
+            errno.EEXIST: "a part of that path is a file, not a folder: move it away",
         }.get(err.errno or 0, "check that the folder exists and is writable")
         return StoreError(
             f"{action} {key!r} in {self.url} failed: {err.strerror or err}; {hint}",
@@ -79,7 +81,7 @@ class LocalStore:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as err:
-            tmp.unlink(missing_ok=True)
+            _discard(tmp)
             raise self._fail("writing", key, err) from err
         return tmp
 
@@ -106,7 +108,7 @@ class LocalStore:
                 if tmp.exists() or not path.parent.is_dir() or attempt + 1 == self._TEMP_RETRIES:
                     raise self._fail("writing", key, err) from err
             except OSError as err:
-                tmp.unlink(missing_ok=True)
+                _discard(tmp)
                 raise self._fail("writing", key, err) from err
         raise AssertionError("unreachable")
 
@@ -126,7 +128,7 @@ class LocalStore:
             except OSError as err:
                 raise self._fail("writing", key, err) from err
             finally:
-                tmp.unlink(missing_ok=True)
+                _discard(tmp)
         raise AssertionError("unreachable")
 
     def get(self, key: str) -> memoryview | None:
@@ -224,3 +226,10 @@ class LocalStore:
 
     def conditional_writes(self) -> bool:
         return True
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a temp file after a failed write; failing to (its folder is a file, the
+    disk went away) must not hide the write's own error."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
