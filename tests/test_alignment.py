@@ -257,3 +257,72 @@ def test_a_store_returning_unaligned_read_only_bytes_still_gives_aligned_arrays(
     x = latest.state["x"]
     assert describe(x) == expected_layout(reference())
     assert reductions(x) == reductions(reference())
+
+
+# -- review 28: strides, and memory that arrays share -------------------------------------
+
+
+def _shared_state() -> dict[str, Any]:
+    pop = np.random.default_rng(11).random(600_003)
+    grid = np.arange(24.0).reshape(4, 6)
+    return {"g": 0, "pop": pop, "elite": pop[:1000],  # a view of pop
+            "every3": pop[::3],  # strided, and a view of pop too
+            "back": np.random.default_rng(12).random(9001)[::-2],  # strided, its base not
+            "grid": grid, "cols": grid[:, 1:3], "gridT": grid.T,  # in the state
+            "objects": np.array([1, "a", None], dtype=object)}
+
+
+def _generation(state: dict[str, Any]) -> None:
+    state["g"] += 1
+    state["elite"] += state["g"]  # writes through to pop, and so to every3
+    state["cols"] *= 1.5  # and to grid and gridT
+    state["acc"] = (float(state["every3"] @ state["every3"]),
+                    float(state["back"] @ state["back"]), float(state["pop"].sum()),
+                    float(state["gridT"].sum(axis=0).sum()))
+
+
+@pytest.mark.parametrize("mode", ["background", "in-place", "forked"])
+@pytest.mark.parametrize("serializer", ["pickle", "cloudpickle"])
+def test_views_and_strided_arrays_resume_as_they_were(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, serializer: str) -> None:
+    """A view of another array came back as a copy (writes through it no longer reached
+    the other: 105 against 30 in review 28's reproducer), and a strided array came back
+    C-contiguous (a dot product over it summed to other bits)."""
+    if mode == "in-place":
+        monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "0")
+    if mode == "forked":
+        monkeypatch.setenv("RESUMABLE_SNAPSHOT_FORK", "1")
+    crashed: list[int] = []
+    resumed: list[dict[str, Any]] = []
+
+    def body(*, state: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        if state is None:
+            state = _shared_state()
+        elif not resumed:
+            resumed.append({k: v for k, v in state.items() if isinstance(v, np.ndarray)})
+        while state["g"] < 6:
+            _generation(state)
+            yield state
+            if state["g"] == 3 and not crashed:
+                crashed.append(3)
+                raise Crash("the pod died")
+        return state["acc"]
+
+    crashed.append(0)  # (the reference run does not crash)
+    reference = checkpointed(store=str(tmp_path / "ref"), serializer=serializer)(body)()
+    crashed.clear()
+    resumed.clear()
+    run = checkpointed(store=str(tmp_path / "run"), serializer=serializer)(body)
+    with pytest.raises(Crash):
+        run()
+    assert run() == reference
+    got = resumed[0]
+    assert np.shares_memory(got["pop"], got["elite"]) and got["elite"].base is not None
+    assert np.shares_memory(got["pop"], got["every3"])
+    assert np.shares_memory(got["grid"], got["cols"]) and np.shares_memory(
+        got["grid"], got["gridT"])
+    fresh = _shared_state()
+    for name in ("every3", "back", "cols", "gridT", "elite"):
+        assert got[name].strides == fresh[name].strides, name
+    assert got["back"].flags.writeable and got["pop"].ctypes.data % 64 == 0
+    assert list(got["objects"]) == [1, "a", None]

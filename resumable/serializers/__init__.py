@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from .. import _numpy
+from .. import _layout, _numpy
 from .._aligned import realigned
 from .._errors import ConfigurationError, SerializationError
 from ..stores._base import Buffer
@@ -45,6 +45,9 @@ class PickleSerializer:
     def _pickler(self) -> Callable[..., bytes]:
         return pickle.dumps
 
+    def _pickler_class(self) -> type:
+        return pickle.Pickler
+
     def dumps(self, obj: Any) -> bytes:
         return self._pickler()(obj, protocol=5)
 
@@ -58,7 +61,8 @@ class PickleSerializer:
         it, i.e. while the body is suspended at its yield.
         """
         buffers: list[pickle.PickleBuffer] = []
-        main = self._pickler()(obj, protocol=5, buffer_callback=buffers.append)
+        # numpy arrays laid out as saved: strides, and memory they share (see _layout)
+        main = _layout.dumps(obj, self._pickler_class(), self._pickler(), buffers)
         return [main, *(b.raw() for b in buffers)] if buffers else [main]
 
     def dumps_frames(self, obj: Any, alloc: Alloc | None = None) -> list[Buffer]:
@@ -86,6 +90,12 @@ class CloudpickleSerializer(PickleSerializer):
                 "serializer='cloudpickle' needs cloudpickle: pip install 'resumable[cloudpickle]'"
             ) from err
         return cloudpickle.dumps  # type: ignore[no-any-return]
+
+    def _pickler_class(self) -> type:
+        self._pickler()  # (cloudpickle installed, or the ConfigurationError saying so)
+        import cloudpickle
+
+        return cloudpickle.Pickler  # type: ignore[no-any-return]
 
 
 _registry: dict[str, Serializer] = {
