@@ -79,6 +79,12 @@ class CheckpointedFunction(Generic[P, R]):
         # Methods: bind like a function would, so self takes part in the run id.
         return self if obj is None else _BoundCheckpointed(self, obj)
 
+    def __reduce__(self) -> str:
+        # By name, as pickle takes a function (a process pool's task): its __dict__ holds
+        # the function it wraps, which pickle would look up by the same name and find
+        # this wrapper instead ("not the same object").
+        return self._func.__qualname__
+
     # -- helpers --------------------------------------------------------------------
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
@@ -225,6 +231,9 @@ class _BoundCheckpointed:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(self._obj, *args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return getattr, (self._obj, self._fn._func.__name__)  # as pickle takes a method
 
     def iter(self, *args: Any, **kwargs: Any) -> RunIterator:
         return self._fn.iter(self._obj, *args, **kwargs)

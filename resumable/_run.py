@@ -241,6 +241,11 @@ class Run:
         self.result_epoch = 0  # set by load_result
         self._known: list[str] = []  # checkpoint names of this run, ascending (for retention)
         self._own_record: bytes | None = None  # our attempt record as last written
+        self._pid = os.getpid()  # the attempt's process: a child the body forks writes nothing
+
+    def forked_away(self) -> bool:
+        """This is a child process the body forked (not the attempt): it saves nothing."""
+        return os.getpid() != self._pid
 
     # -- naming -----------------------------------------------------------------------
 
@@ -518,6 +523,8 @@ class Run:
     def write_record(self, name: str, kind: str, record: dict[str, Any], *,
                      create_only: bool = False) -> bool:
         """Write a JSON record in the verified format; False if ``create_only`` and present."""
+        if self.forked_away():
+            return False
         payload = self._encode(name, [json.dumps(record, sort_keys=True).encode()], kind, _RAW)
         if create_only:
             return self.store.put_if_absent(self.key(name), payload)
@@ -785,6 +792,8 @@ class Run:
 
     def write_checkpoint(self, snap: Snapshot) -> str:
         """Fence check, write, then apply retention. Runs on the uploader thread."""
+        if self.forked_away():
+            return ckpt_name(self.epoch, snap.step)
         self.check_fenced()
         name = ckpt_name(self.epoch, snap.step)
         started = time.perf_counter()
@@ -824,7 +833,7 @@ class Run:
         attempt's (the fence check stops this one) or a stray object named like one
         (which, sorted last, made retention delete every good checkpoint, the one just
         written too)."""
-        if self.keep is None:
+        if self.keep is None or self.forked_away():
             return
         ours = [n for n in self._known
                 if (parsed := parse_ckpt_name(n)) is not None and parsed[0] <= self.epoch]
@@ -833,9 +842,13 @@ class Run:
             self.store.delete(self.key(old))
 
     def write_rng_start(self, rng: _rng.RngState, name: str = RNG_START) -> None:
+        if self.forked_away():
+            return
         self.store.put(self.key(name), self._encode(name, [_pickle_rng(rng)], "rng", _RAW))
 
     def write_result(self, value: Any) -> None:
+        if self.forked_away():
+            return
         self.check_fenced()
         self.check_not_deleted((RNG_END,))  # written just before, if RNGs are captured
         frames = dumps_frames(self.serializer, value, f"the return value of run {self.where()}",

@@ -283,6 +283,12 @@ def enter(run: Active) -> None:
     global _warned
     with _lock:
         _runs.append(run)
+        if _term_at is not None and os.getpid() == _owner and run not in _flagged:
+            # Started after the SIGTERM (a thread pool's next task): told to stop at once,
+            # so it saves its first yield and ends, instead of running on until the exit
+            # guard cuts it off unsaved.
+            _flagged.append(run)
+            run.on_sigterm()
         try:
             _hook_exit()
             if _install() or _warned:

@@ -17,13 +17,25 @@ gave 1.13x / 1.44x per generation at 16 / 64 MiB, duty 1/3 gave 1.07x / 1.34x.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 log = logging.getLogger("resumable")
 
 Job = Callable[[], None]
+
+_live: weakref.WeakSet[Uploader] = weakref.WeakSet()
+
+
+def _abandon_in_child() -> None:
+    for uploader in list(_live):
+        uploader._abandon()
+
+
+os.register_at_fork(after_in_child=_abandon_in_child)
 
 
 class Uploader:
@@ -38,6 +50,7 @@ class Uploader:
     def __init__(self, name: str, *, duty: float = 1 / 3) -> None:
         if not 0 < duty <= 1:
             raise ValueError(f"upload duty must be in (0, 1], got {duty!r}")
+        self._abandoned = False  # in a child the body forked: see _abandon
         self._name = name
         self._rest = 1.0 / duty - 1.0
         self._not_before = 0.0
@@ -52,6 +65,18 @@ class Uploader:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.skipped = 0
+        _live.add(self)
+
+    def _abandon(self) -> None:
+        """In a child process the body forked: the parent's upload thread is not here,
+        its locks may have been held at the fork, and its saves are the parent's. Saves
+        handed in here are dropped, and nothing waits (a child that ended with
+        sys.exit() waited for ever for a save no thread would run)."""
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = self._on_drop = self._error = self._thread = None
+        self._busy = self._held = False
+        self._closed = self._abandoned = True
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
@@ -105,6 +130,10 @@ class Uploader:
         ``on_drop`` runs if a newer submission replaces this one before it started.
         """
         dropped = None
+        if self._abandoned:  # (a child the body forked: it saves nothing)
+            if on_drop is not None:
+                on_drop()
+            return
         with self._lock:  # (the condition's own lock: this runs at every yield)
             if raise_pending:
                 self._raise_pending()

@@ -950,3 +950,36 @@ def test_a_stray_object_named_like_a_later_checkpoint_costs_no_good_checkpoint(
     with caplog.at_level(logging.INFO, logger="resumable"):
         assert body(10) == 10
     assert "from ckpt-00000002-000000000007" in caplog.text
+
+
+@checkpointed(store="memory://pickled-job")
+def _pickled_job(seed: int, *, state: Any = None) -> Any:
+    s = state or 0
+    while s < 3:
+        s += 1
+        yield s
+    return seed * 100 + s
+
+
+class _PickledWalker:
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    @checkpointed(store="memory://pickled-walker")
+    def walk(self, n: int, *, state: Any = None) -> Any:
+        yield 1
+        return self.k * n
+
+
+def test_a_decorated_function_goes_to_a_process_pool() -> None:
+    """pickle took the wrapper through its __dict__, looked the wrapped function up by
+    its name, found the wrapper, and failed ("not the same object"): no pool.map(job)."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    assert pickle.loads(pickle.dumps(_pickled_job)) is _pickled_job
+    bound = pickle.loads(pickle.dumps(_PickledWalker(3).walk))
+    assert bound(5) == 15 and bound.run_id(5) == _PickledWalker(3).walk.run_id(5)
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        assert list(pool.map(_pickled_job, range(3))) == [3, 103, 203]

@@ -1259,3 +1259,109 @@ def test_sigterm_while_one_copy_waits_for_the_running_save_saves_the_yield(
     assert proc.returncode == EXIT_SIGTERM, proc.stderr[-3000:]
     latest = Run(open_store(str(tmp_path / "store")), "r").load_latest(with_state=False)
     assert latest is not None and latest.step == waited + 1, proc.stderr[-3000:]
+
+
+_LATE_POOL_TASK = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+import resumable
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, every=5)
+def work(task, *, state=None):
+    s = state or 0
+    while s < 50:
+        s += 1
+        if task == 0 and s >= 3:
+            print("task0 at", s, flush=True)
+            sys.stdin.readline()  # the test sends SIGTERM, then lets the generation end
+        yield s
+    return s
+
+resumable.install_signal_handlers()
+with ThreadPoolExecutor(1) as ex:
+    futures = [ex.submit(work, t) for t in range(2)]
+    try:
+        for f in futures:
+            print("result", f.result(), flush=True)
+    except BaseException:  # the SIGTERM, raised here: the runs are told to stop by now
+        print("main stopped", flush=True)
+        raise
+"""
+
+
+def test_a_run_that_starts_after_sigterm_stops_at_its_first_yield(tmp_path: Path) -> None:
+    """A thread pool's next task started after the SIGTERM was never told to stop: it ran
+    on (here to its end, 50 generations; in review 29, until the exit guard cut it off
+    unsaved). Now it saves its first yield and stops; the process exits 143."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(_LATE_POOL_TASK.format(store=str(tmp_path / "store"))))
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                               RESUMABLE_TERM_TIMEOUT="120"))
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "task0 at 3"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.readline().strip() == "main stopped"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_SIGTERM, err
+    assert "result" not in out
+    steps = {}
+    for run_dir in (tmp_path / "store").iterdir():
+        names = sorted(p.name for p in run_dir.glob("ckpt-*"))
+        steps[run_dir.name] = [int(n.rsplit("-", 1)[1]) for n in names]
+    assert sorted(steps.values()) == [[1], [3]], steps  # task 1 saved its first yield only
+
+
+_FORK_IN_BODY = """
+import os, sys
+from resumable import checkpointed
+
+MODE = sys.argv[1]
+
+@checkpointed(store={store!r}, run_id="r")
+def work(*, state=None):
+    s = state or {{"g": 0, "end": 6}}
+    while s["g"] < s["end"]:
+        s = {{**s, "g": s["g"] + 1}}
+        if s["g"] == 3:
+            pid = os.fork()
+            if pid == 0:  # the child does side work, then leaves the way a user might
+                if MODE == "sysexit":
+                    sys.exit(0)
+                if MODE == "raise":
+                    raise RuntimeError("child failed")
+                s = {{**s, "end": 10, "child": True}}  # "continue": runs on, further
+            else:
+                assert os.waitpid(pid, 0)[1] == 0 or MODE == "raise"
+        yield s
+    return s
+
+result = work()
+if "child" not in result:
+    print("parent", result["g"], flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["sysexit", "raise", "continue"])
+def test_a_child_the_body_forks_neither_hangs_nor_saves(tmp_path: Path, mode: str) -> None:
+    """A child forked by the body inherited the upload's state but not its thread: when
+    it left by sys.exit() or an exception (or ran on to its end), it waited for ever for
+    saves no thread would run (review 29). It is not the run's attempt: it saves
+    nothing, and ends as it asked."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(_FORK_IN_BODY.format(store=str(tmp_path / "store"))))
+    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["parent", "6"]
+    steps = sorted(int(p.name.rsplit("-", 1)[1])
+                   for p in (tmp_path / "store" / "r").glob("ckpt-*"))
+    assert steps and max(steps) == 6  # the parent's; none of the child's 7-10
