@@ -1,7 +1,8 @@
 """Exit codes for errors that end a program, so a Kubernetes podFailurePolicy can act on them.
 
-An uncaught ``ResumableError`` makes the process exit with the error's ``exit_code``
-(after the usual traceback and atexit handlers). Set ``RESUMABLE_EXIT_CODES=0`` to keep
+An uncaught ``ResumableError`` makes the process exit with the error's ``exit_code``,
+after what Python's own exit does: the traceback, threading's exit hooks and the join
+of the other threads, the atexit handlers. Set ``RESUMABLE_EXIT_CODES=0`` to keep
 Python's plain exit status 1. Exit codes are for scripts: in an interactive session
 (``python -i``, the REPL, IPython/Jupyter) an error is only reported and the session
 goes on.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 from types import TracebackType
 
 from . import _settings
@@ -32,6 +34,14 @@ def install() -> None:
         previous(kind, value, tb)
         if isinstance(value, ResumableError) and not interactive():
             try:
+                # As Python's own exit, but for the status: threading's exit hooks (an
+                # unfinished f.iter's state is saved there) and the join of the other
+                # threads (their runs go on and save, as they would), then atexit.
+                # Without them os._exit cut other threads' runs unsaved (review 29).
+                shutdown = getattr(threading, "_shutdown", None)
+                if shutdown is not None and threading.current_thread() is \
+                        threading.main_thread():
+                    shutdown()
                 atexit._run_exitfuncs()
                 sys.stdout.flush()
                 sys.stderr.flush()

@@ -92,6 +92,13 @@ def test_console_script_is_installed() -> None:
     assert SCRIPT.exists()
 
 
+def test_python_dash_m_resumable_is_the_same_cli(tmp_path: Path) -> None:
+    """`python -m resumable` (review 28: there was no __main__)."""
+    proc = subprocess.run([sys.executable, "-m", "resumable", "ls", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 66 and proc.stderr.startswith("resumable: error: "), proc.stderr
+
+
 @pytest.mark.parametrize("command", [[], ["ls"], ["show"], ["verify"], ["rm"]])
 def test_help_works_for_every_command(command: list[str]) -> None:
     """`--help` prints usage and exits 0 for the program and every subcommand."""

@@ -1365,3 +1365,76 @@ def test_a_child_the_body_forks_neither_hangs_nor_saves(tmp_path: Path, mode: st
     steps = sorted(int(p.name.rsplit("-", 1)[1])
                    for p in (tmp_path / "store" / "r").glob("ckpt-*"))
     assert steps and max(steps) == 6  # the parent's; none of the child's 7-10
+
+
+_ERROR_EXIT_WITH_OTHER_RUNS = """
+import sys, threading
+from resumable import checkpointed
+
+release = threading.Event()
+previous = sys.excepthook
+
+def hook(kind, value, tb):  # the uncaught error: the other run may go on now
+    release.set()
+    previous(kind, value, tb)
+
+sys.excepthook = hook
+
+@checkpointed(store={store!r}, run_id="other", every=5)
+def other(*, state=None):
+    s = state or 0
+    while s < 8:
+        s += 1
+        if s == 2:
+            print("other at 2", flush=True)
+            release.wait()  # until the main thread's run has failed
+        yield s
+    return s
+
+@checkpointed(store={store!r}, run_id="it", every=5)
+def counter(*, state=None):
+    s = state or 0
+    while s < 100:
+        s += 1
+        yield s
+
+@checkpointed(store={store!r}, run_id="bad")
+def bad(*, state=None):
+    yield {{"lock": threading.Lock()}}  # unpicklable: SerializationError, exit 70
+
+t = threading.Thread(target=other)
+t.start()
+it = counter.iter()
+for _ in range(3):
+    next(it)
+while "other at 2" not in sys.stdin.readline():
+    pass
+bad()
+"""
+
+
+def test_an_uncaught_resumable_error_exits_with_its_code_after_the_other_runs(
+        tmp_path: Path) -> None:
+    """The exit-code hook ended the process with os._exit at once: a run in another
+    thread was cut unsaved, and an unfinished f.iter's state was not saved at exit
+    (review 29). Now the exit is Python's own, but for its status: the iterator's state
+    is saved, the other thread's run goes on to its end, then exit 70."""
+    from resumable._errors import EXIT_SERIALIZATION
+
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(
+        _ERROR_EXIT_WITH_OTHER_RUNS.format(store=str(tmp_path / "store"))))
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout is not None and proc.stdin is not None
+    line = proc.stdout.readline()
+    proc.stdin.write(line)  # the other run is at 2: now the main thread's run fails
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_SERIALIZATION, err
+    assert "SerializationError" in err
+    store = open_store(str(tmp_path / "store"))
+    assert "other/result" in store.list("other/")
+    saved = [k for k in store.list("it/") if k.startswith("it/ckpt-")]
+    assert saved[-1].endswith("-000000000003"), saved
