@@ -198,16 +198,18 @@ class _Local(threading.local):
 
 
 _local = _Local()
+_np: Any = None  # numpy, once loaded (it stays)
 
 
 def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
           plain: set[int] | frozenset[int],
           buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
-    pickler = _local.picklers.get(base)
+    picklers = _local.picklers
+    pickler = picklers.get(base)
     if pickler is None or pickler.busy or pickler.copyreg_size != len(copyreg.dispatch_table):
         fresh = _Pickler(base, np)  # (or copyreg.pickle registered a reducer meanwhile)
         if pickler is None or not pickler.busy:
-            _local.picklers[base] = fresh
+            picklers[base] = fresh
         pickler = fresh
     return pickler.dump(obj, plan, plain, buffers)
 
@@ -217,11 +219,35 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
     """``obj`` pickled with its arrays laid out as saved; out-of-band buffers are
     appended to ``buffers``. ``base`` is the Pickler class and ``plain`` the dumps
     function (pickle's, or cloudpickle's): without numpy, that pickles."""
-    np = _numpy.loaded()
+    global _np
+    np = _np
     if np is None:
-        return plain(obj, protocol=5, buffer_callback=buffers.append)
-    main, owners = _pass(obj, base, np, _NO_PLAN, _NONE, buffers)
-    clusters = _overlaps(owners) if owners else None
+        np = _np = _numpy.loaded()
+        if np is None:
+            return plain(obj, protocol=5, buffer_callback=buffers.append)
+    pickler = _local.picklers.get(base)
+    if pickler is None or pickler.busy or pickler.copyreg_size != len(copyreg.dispatch_table):
+        main, owners = _pass(obj, base, np, _NO_PLAN, _NONE, buffers)
+    else:  # (_pass and _Pickler.dump, inlined: this runs at every snapshot)
+        arrays = pickler.arrays
+        arrays.plan, arrays.plain = _NO_PLAN, _NONE
+        pickler.sink[0] = buffers.append
+        pickler.busy = True
+        chunks = pickler.chunks
+        try:
+            pickler.pickler.dump(obj)
+            main = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            owners = arrays.owners
+        finally:
+            pickler.busy = False
+            pickler.pickler.clear_memo()  # (the memo holds the state's objects alive)
+            chunks.clear()
+            pickler.sink[0] = None
+            if arrays.owners or arrays.keep:
+                arrays.owners, arrays.keep = {}, []
+    if not owners:
+        return main
+    clusters = _overlaps(owners)
     if not clusters:
         return main
     # Again, with each cluster's arrays as views of one span of its bytes.

@@ -62,7 +62,9 @@ class PickleSerializer:
         """
         buffers: list[pickle.PickleBuffer] = []
         # numpy arrays laid out as saved: strides, and memory they share (see _layout)
-        main = _layout.dumps(obj, self._pickler_class(), self._pickler(), buffers)
+        main = _layout.dumps(obj, self._pickler_class(), self._pickler(), buffers) \
+            if type(self) is not PickleSerializer else \
+            _layout.dumps(obj, pickle.Pickler, pickle.dumps, buffers)  # (at every yield)
         return [main, *(b.raw() for b in buffers)] if buffers else [main]
 
     def dumps_frames(self, obj: Any, alloc: Alloc | None = None) -> list[Buffer]:
