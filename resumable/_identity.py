@@ -25,6 +25,7 @@ from ._runid import (
     code_fingerprint,
     derive_run_id,
     encode_arguments,
+    encode_leniently,
     encode_value_as,
     fixed_run_id,
 )
@@ -108,7 +109,7 @@ def _lenient_hash(name: str, value: Any, encoding: int = ENCODING) -> str:
     object hid all of it): ``encoding`` < 3 gives their hash, to check their records.
     """
     if encoding >= 3:
-        return _hash(encode_value_as(value, name, encoding, lenient=True))
+        return _hash(encode_leniently(value, name))
     try:
         return _hash(encode_value_as(value, name, encoding))
     except ConfigurationError:

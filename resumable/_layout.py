@@ -28,16 +28,34 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import _numpy
-from ._aligned import aligned_buffer
+from ._aligned import ALIGN, aligned_buffer
+
+
+def _placed(np: Any, n: int, pad: int) -> Any:
+    """``n`` writable bytes at ``pad`` bytes past a 64-byte boundary."""
+    return np.frombuffer(aligned_buffer(pad + n), np.uint8)[pad:]
 
 
 def rebuild_strided(data: Any, shape: tuple[int, ...], strides: tuple[int, ...],
-                    dtype: Any, offset: int, extent: int) -> Any:
-    """A strided array as it was saved: its elements in an aligned buffer of its extent."""
+                    dtype: Any, offset: int, extent: int, pad: int = 0) -> Any:
+    """A strided array as it was saved: its elements in a buffer of its extent, whose
+    first byte is where it was relative to a 64-byte boundary (``pad``)."""
     np = _numpy.loaded()
     assert np is not None  # (data is an ndarray: numpy is loaded)
-    buf = np.frombuffer(aligned_buffer(extent), np.uint8)
-    out = np.ndarray(shape, dtype, buffer=buf, offset=offset, strides=strides)
+    out = np.ndarray(shape, dtype, buffer=_placed(np, extent, pad), offset=offset,
+                     strides=strides)
+    out[...] = data
+    return out
+
+
+def rebuild_span(data: Any, pad: int) -> Any:
+    """The bytes some arrays shared, placed as they were relative to a 64-byte boundary
+    (so each view's alignment is what it was: unaligned memory computes other bits)."""
+    if pad == 0:
+        return data  # (loaded on a 64-byte boundary)
+    np = _numpy.loaded()
+    assert np is not None
+    out = _placed(np, data.nbytes, pad)
     out[...] = data
     return out
 
@@ -75,24 +93,31 @@ def _data(arr: Any) -> int:
 
 _NONE: frozenset[int] = frozenset()
 _NO_PLAN: dict[int, tuple[Any, int]] = {}  # (never written to)
+_NO_SPANS: dict[int, int] = {}
 
 
 class _Arrays:
     """One pickling pass's reduction of exact ndarrays, and what it saw of them."""
 
-    __slots__ = ("keep", "ndarray", "np", "owners", "plain", "plan")
+    __slots__ = ("keep", "ndarray", "np", "owners", "plain", "plan", "spans")
 
     def __init__(self, np: Any, plan: dict[int, tuple[Any, int]]) -> None:
         self.np = np
         self.ndarray = np.ndarray
         self.plan = plan  # id(array) -> (span, offset): pickled as views of the span
-        self.plain: set[int] | frozenset[int] = _NONE  # spans, copies: numpy's reduction
+        self.plain: set[int] | frozenset[int] = _NONE  # copies made here: numpy's reduction
+        self.spans: dict[int, int] = _NO_SPANS  # id(span) -> its first byte's address % 64
         self.owners: dict[int, list[Any]] = {}  # id(owner) -> its arrays in the pickle
         self.keep: list[Any] = []  # the copies (their ids must not be reused meanwhile)
 
     def reduce(self, arr: Any) -> Any:
         if arr.dtype.hasobject or id(arr) in self.plain:
             return arr.__reduce_ex__(5)
+        if self.spans and id(arr) in self.spans:
+            data = arr.view()
+            self.plain = {*self.plain, id(data)}
+            self.keep.append(data)
+            return (rebuild_span, (data, self.spans[id(arr)]))
         if self.plan:
             planned = self.plan.get(id(arr))
             if planned is not None:
@@ -107,8 +132,15 @@ class _Arrays:
         data = self.np.ascontiguousarray(arr)
         self.plain = {*self.plain, id(data)}
         self.keep.append(data)
-        return (rebuild_strided,
-                (data, arr.shape, arr.strides, arr.dtype, _data(arr) - low, high - low))
+        return (rebuild_strided, (data, arr.shape, arr.strides, arr.dtype, _data(arr) - low,
+                                  high - low, low % ALIGN))
+
+
+    def reset(self) -> None:
+        """Let go of what one pass saw (the state's arrays, the spans)."""
+        if self.owners or self.keep or self.plan or self.spans or self.plain:
+            self.owners, self.keep, self.plan, self.spans, self.plain = (
+                {}, [], _NO_PLAN, _NO_SPANS, _NONE)
 
 
 def _bounds(arr: Any) -> tuple[int, int]:
@@ -154,7 +186,8 @@ class _Pickler:
         self.sink: list[Any] = [None]
         sink = self.sink
         self.arrays = arrays = _Arrays(np, {})
-        self.copyreg_size = len(copyreg.dispatch_table)
+        self.copyreg = dict(copyreg.dispatch_table)  # (a reducer registered or replaced
+        # since: a new pickler)
         table = getattr(base, "dispatch_table", None)  # (cloudpickle's has its own entries)
         # A plain dict: the C pickler looks up the type of every object it reduces in it.
         dispatch = {**(table if isinstance(table, Mapping) else copyreg.dispatch_table),
@@ -170,12 +203,11 @@ class _Pickler:
         self.pickler = pickler
         self.busy = False  # (a __reduce__ that pickles a state itself gets its own)
 
-    def dump(self, obj: Any, plan: dict[int, tuple[Any, int]],
-             plain: set[int] | frozenset[int],
+    def dump(self, obj: Any, plan: dict[int, tuple[Any, int]], spans: dict[int, int],
              buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
         """The pickle, and the owners of the arrays in it (see ``_Arrays``)."""
         arrays = self.arrays
-        arrays.plan, arrays.plain = plan, plain
+        arrays.plan, arrays.spans = plan, spans
         self.sink[0] = buffers.append
         self.busy = True
         chunks = self.chunks
@@ -188,8 +220,7 @@ class _Pickler:
             self.pickler.clear_memo()  # (the memo holds the state's objects alive)
             chunks.clear()
             self.sink[0] = None
-            if arrays.owners or arrays.keep:
-                arrays.owners, arrays.keep = {}, []
+            arrays.reset()
 
 
 class _Local(threading.local):
@@ -202,16 +233,16 @@ _np: Any = None  # numpy, once loaded (it stays)
 
 
 def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
-          plain: set[int] | frozenset[int],
+          spans: dict[int, int],
           buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
     picklers = _local.picklers
     pickler = picklers.get(base)
-    if pickler is None or pickler.busy or pickler.copyreg_size != len(copyreg.dispatch_table):
+    if pickler is None or pickler.busy or pickler.copyreg != copyreg.dispatch_table:
         fresh = _Pickler(base, np)  # (or copyreg.pickle registered a reducer meanwhile)
         if pickler is None or not pickler.busy:
             picklers[base] = fresh
         pickler = fresh
-    return pickler.dump(obj, plan, plain, buffers)
+    return pickler.dump(obj, plan, spans, buffers)
 
 
 def dumps(obj: Any, base: type, plain: Callable[..., bytes],
@@ -226,11 +257,10 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
         if np is None:
             return plain(obj, protocol=5, buffer_callback=buffers.append)
     pickler = _local.picklers.get(base)
-    if pickler is None or pickler.busy or pickler.copyreg_size != len(copyreg.dispatch_table):
-        main, owners = _pass(obj, base, np, _NO_PLAN, _NONE, buffers)
+    if pickler is None or pickler.busy or pickler.copyreg != copyreg.dispatch_table:
+        main, owners = _pass(obj, base, np, _NO_PLAN, _NO_SPANS, buffers)
     else:  # (_pass and _Pickler.dump, inlined: this runs at every snapshot)
         arrays = pickler.arrays
-        arrays.plan, arrays.plain = _NO_PLAN, _NONE
         pickler.sink[0] = buffers.append
         pickler.busy = True
         chunks = pickler.chunks
@@ -243,8 +273,7 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
             pickler.pickler.clear_memo()  # (the memo holds the state's objects alive)
             chunks.clear()
             pickler.sink[0] = None
-            if arrays.owners or arrays.keep:
-                arrays.owners, arrays.keep = {}, []
+            arrays.reset()
     if not owners:
         return main
     clusters = _overlaps(owners)
@@ -252,14 +281,16 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
         return main
     # Again, with each cluster's arrays as views of one span of its bytes.
     plan: dict[int, tuple[Any, int]] = {}
-    spans = []
+    spans: dict[int, int] = {}
+    keep = []
     for cluster in clusters:
         low, high = cluster[0][0], max(t[1] for t in cluster)
         members = [t[2] for t in cluster]
         span = np.asarray(_Span(low, high, members))
-        spans.append(span)
+        keep.append(span)  # (alive, so that its id stays its own, until pickled)
+        spans[id(span)] = low % ALIGN
         for arr in members:
             plan[id(arr)] = (span, _data(arr) - low)
     buffers.clear()
-    main, _ = _pass(obj, base, np, plan, {id(span) for span in spans}, buffers)
+    main, _ = _pass(obj, base, np, plan, spans, buffers)
     return main

@@ -74,13 +74,10 @@ class _Encoder:
     where a value sits in the call (``self.rng``, ``fitness.__closure__[0]``), for errors.
     """
 
-    def __init__(self, *, encoding: int = ENCODING, lenient: bool = False) -> None:
+    def __init__(self, *, encoding: int = ENCODING) -> None:
         self._active: dict[int, int] = {}  # id of a container on the current path -> depth
         self.encoding = encoding  # as that version of the encoding did (older records)
         self.legacy_paths = encoding == 1
-        # A part with no stable value becomes a marker of its type (the rest still
-        # counts) instead of a ConfigurationError: under a fixed run id.
-        self.lenient = lenient
         self.paths = 0  # how many paths were encoded
         self.np = _numpy.loaded()  # once per encoding, not per container
 
@@ -98,9 +95,6 @@ class _Encoder:
 
     def _encode(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
         if depth > _MAX_DEPTH:
-            if self.lenient:
-                out += b"deep;"
-                return
             raise ConfigurationError(f"cannot derive a run id: {path} is nested more than "
                                      f"{_MAX_DEPTH} levels deep; pass run_id= or ignore=")
         if isinstance(obj, (*_ATOMS, enum.Enum)):
@@ -111,14 +105,8 @@ class _Encoder:
             out += f"ref:{self._active[key]};".encode()
             return
         self._active[key] = depth
-        mark = len(out)
         try:
             self._compound(obj, out, path, depth + 1)
-        except ConfigurationError:
-            if not self.lenient:
-                raise
-            del out[mark:]  # what it wrote of obj before failing, then only its type
-            out += f"unstable:{_name(type(obj))};".encode()
         finally:
             del self._active[key]
 
@@ -283,7 +271,7 @@ class _Encoder:
         out += f"class:{_name(cls)}(".encode()
         self._encode(cls.__bases__, out, f"{path}.__bases__", depth)
         out += b")"
-        attrs: dict[str, Any] = {}
+        items = []
         for name, value in vars(cls).items():
             if name in _CLASS_BOOKKEEPING:
                 continue
@@ -291,8 +279,17 @@ class _Encoder:
                 value = (type(value).__name__, value.__func__)
             elif isinstance(value, property):
                 value = ("property", value.fget, value.fset, value.fdel)
-            attrs[name] = value
-        self._encode(_Attrs(attrs), out, f"{path}.__dict__", depth)
+            elif isinstance(value, functools.cached_property):
+                value = ("cached_property", value.func)  # (not its lock, in 3.11)
+            try:
+                part = self._sub(value, f"{path}.__dict__[{name!r}]", depth)
+            except ConfigurationError:
+                # A descriptor without a stable value: its type (this class was named
+                # by its name alone before; failing the call would be a regression)
+                part = f"unstable:{_name(type(value))};".encode()
+            items.append(self._sub(name, path, depth) + b"=" + part)
+        items.sort()
+        out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
 
     def _sub(self, obj: Any, path: str, depth: int) -> bytes:
         buf = bytearray()
@@ -494,10 +491,52 @@ def encode_value(value: Any, path: str) -> bytes:
     return _Encoder().encode(value, path)
 
 
-def encode_value_as(value: Any, path: str, encoding: int, *, lenient: bool = False) -> bytes:
+def encode_value_as(value: Any, path: str, encoding: int) -> bytes:
     """The encoding of ``value`` as version ``encoding`` of it did (to check older
     records and find runs older versions derived)."""
-    return _Encoder(encoding=encoding, lenient=lenient).encode(value, path)
+    return _Encoder(encoding=encoding).encode(value, path)
+
+
+def encode_leniently(value: Any, path: str) -> bytes:
+    """For a fixed run id, which never needs a value: ``value``'s encoding, or, where it
+    has no stable one, its type and each of its immediate parts (items, attributes),
+    a part without a stable value by its type. ``Experiment(pop_size, lock)`` is then
+    compared by ``pop_size``; a part that holds a thread or a pool, whatever it holds
+    (a thread's id differs in every process), by its type."""
+    try:
+        return encode_value(value, path)
+    except ConfigurationError:
+        pass
+    parts: list[tuple[Any, Any]] | None = None
+    if isinstance(value, Mapping):
+        parts = list(value.items())
+    elif isinstance(value, (list, tuple)):
+        parts = list(enumerate(value))
+    else:
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict):
+            parts = list(attrs.items())
+        for klass in type(value).__mro__:
+            slots = klass.__dict__.get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+                    parts = (parts or []) + [(slot, getattr(value, slot))]
+    head = f"lenient:{_name(type(value))}:".encode()
+    if parts is None:
+        return head
+    items = []
+    for key, part in parts:
+        try:
+            data = encode_value(part, path)
+        except ConfigurationError:
+            data = f"unstable:{_name(type(part))};".encode()
+        try:
+            name = encode_value(key, path)
+        except ConfigurationError:
+            name = f"unstable:{_name(type(key))};".encode()
+        items.append(name + b"=" + data)
+    items.sort()
+    return head + f"{len(items)}{{".encode() + b"".join(items) + b"}"
 
 
 def fingerprint(value: Any, path: str) -> str:

@@ -294,6 +294,7 @@ def test_views_and_strided_arrays_resume_as_they_were(
         monkeypatch.setenv("RESUMABLE_SNAPSHOT_FORK", "1")
     crashed: list[int] = []
     resumed: list[dict[str, Any]] = []
+    saved: list[dict[str, int]] = []  # each array's address % 64 when it was saved
 
     def body(*, state: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         if state is None:
@@ -305,6 +306,8 @@ def test_views_and_strided_arrays_resume_as_they_were(
             yield state
             if state["g"] == 3 and not crashed:
                 crashed.append(3)
+                saved.append({k: v.ctypes.data % 64 for k, v in state.items()
+                              if isinstance(v, np.ndarray)})
                 raise Crash("the pod died")
         return state["acc"]
 
@@ -324,5 +327,65 @@ def test_views_and_strided_arrays_resume_as_they_were(
     fresh = _shared_state()
     for name in ("every3", "back", "cols", "gridT", "elite"):
         assert got[name].strides == fresh[name].strides, name
-    assert got["back"].flags.writeable and got["pop"].ctypes.data % 64 == 0
+    assert got["back"].flags.writeable
+    # where each array sat relative to a 64-byte boundary (a strided array, and arrays
+    # that share memory, as saved; object arrays hold pointers, in numpy's memory)
+    assert {k: v.ctypes.data % 64 for k, v in got.items() if k != "objects"} == {
+        k: v for k, v in saved[0].items() if k != "objects"}
     assert list(got["objects"]) == [1, "a", None]
+
+
+def _round_trip(obj: Any) -> Any:
+    from resumable.serializers import dumps_frames, get_serializer, loads_frames
+
+    serializer = get_serializer("pickle")
+    frames = dumps_frames(serializer, obj, "state")
+    return loads_frames(serializer, [memoryview(f) for f in frames])
+
+
+def test_views_keep_their_alignment_within_what_they_share() -> None:
+    """Review 30: the shared span was placed with its first byte on a 64-byte boundary,
+    so a float64 view 8 bytes into an aligned buffer came back at address % 64 = 7,
+    unaligned, and summed to other bits."""
+    raw = np.frombuffer(bytearray(8 * 1001 + 64), np.uint8)
+    start = -raw.ctypes.data % 64
+    raw = raw[start:]  # on a 64-byte boundary
+    state = {"b": raw[1:10], "f": raw[8:8 + 8 * 1000].view(np.float64)}
+    state["f"][:] = np.random.default_rng(3).standard_normal(1000)
+    got = _round_trip(state)
+    assert np.shares_memory(got["b"], got["f"])
+    assert got["f"].ctypes.data % 64 == state["f"].ctypes.data % 64
+    assert got["f"].flags.aligned and got["f"].sum() == state["f"].sum()
+
+
+def test_the_pickler_kept_per_thread_lets_go_of_the_state() -> None:
+    """Review 30: the plan of shared arrays stayed on the thread's pickler, and with it
+    the state's arrays, until the thread pickled again."""
+    import gc
+    import weakref
+
+    from resumable.serializers import dumps_frames, get_serializer
+
+    base = np.zeros(1000)
+    gone = weakref.ref(base)
+    dumps_frames(get_serializer("pickle"), {"a": base, "b": base[:10]}, "state")
+    del base
+    gc.collect()
+    assert gone() is None
+
+
+class _Registered:
+    pass
+
+
+def test_a_reducer_replaced_after_the_first_save_is_used() -> None:
+    """Review 30: the kept pickler noticed copyreg registrations by their count only."""
+    import copyreg
+
+    copyreg.pickle(_Registered, lambda obj: (int, (1,)))
+    try:
+        assert _round_trip(_Registered()) == 1
+        copyreg.pickle(_Registered, lambda obj: (int, (2,)))
+        assert _round_trip(_Registered()) == 2
+    finally:
+        copyreg.dispatch_table.pop(_Registered, None)

@@ -1176,3 +1176,49 @@ def test_an_argument_holding_a_global_rng_is_not_identified_by_its_state() -> No
         rng.random()
         assert rid(_HoldsRng(rng)) == before
     assert rid(_HoldsRng(np.random.RandomState(1))) != rid(_HoldsRng(np.random.RandomState(2)))
+
+
+_LENIENT_THREAD = """
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from resumable._identity import _lenient_hash
+
+class Trainer:
+    def __init__(self):
+        self.epochs = 5
+        self.worker = threading.Thread(target=print)
+        self.worker.start()  # (its id is set)
+        self.worker.join()
+        self.pool = ThreadPoolExecutor(1)
+        self.pool.submit(print).result()  # (its worker thread too)
+
+print(_lenient_hash("trainer", Trainer()))
+"""
+
+
+def test_a_fixed_run_id_compares_an_object_holding_a_thread_alike_in_every_process(
+        ) -> None:
+    """Review 30: comparing all but the lock by value took in a thread's id, which
+    differs in every process: the run under a fixed id never resumed (RunMismatchError).
+    A part holding something without a stable value counts by its type."""
+    hashes = {subprocess.run([sys.executable, "-c", _LENIENT_THREAD], capture_output=True,
+                             text=True, timeout=120, check=True).stdout for _ in range(2)}
+    assert len(hashes) == 1, hashes
+
+
+def _class_with_cached_property(k: int) -> type:
+    class Model:
+        K = k
+
+        @functools.cached_property
+        def weights(self) -> int:
+            return k
+
+    return Model
+
+
+def test_a_class_made_at_run_time_with_a_cached_property_has_an_identity() -> None:
+    """Review 30: its cached_property holds an RLock (3.11): the call failed with
+    ConfigurationError, where encoding 2 (classes by name) took it."""
+    assert rid(_class_with_cached_property(1)) == rid(_class_with_cached_property(1))
+    assert rid(_class_with_cached_property(1)) != rid(_class_with_cached_property(2))
