@@ -288,6 +288,16 @@ _OLD_PATH_HASH = "d0dd0ec6f12b5961"
 
 def _age_identity_record(url: str, run_id: str, data_hash: str) -> None:
     """Make the run's identity record one that versions before 4b5de1a wrote."""
+
+    def age(record: dict[str, Any]) -> None:
+        record.pop("encoding", None)
+        record["arguments"]["x"] = data_hash
+
+    _rewrite_identity_record(url, run_id, age)
+
+
+def _rewrite_identity_record(url: str, run_id: str, edit: Callable[[dict[str, Any]], None]
+                             ) -> None:
     from resumable import _format
 
     store = open_store(url)
@@ -296,21 +306,18 @@ def _age_identity_record(url: str, run_id: str, data_hash: str) -> None:
     assert raw is not None
     got = _format.decode(raw, kind="identity", name=key)
     record = json.loads(bytes(got.frames[0]))
-    record.pop("encoding", None)
-    record["arguments"]["data"] = data_hash
+    edit(record)
     store.put(key, _format.encode(
         [json.dumps(record, sort_keys=True).encode()], kind="identity", serializer="raw",
         epoch=got.header.epoch, created=got.header.created, name=key))
 
 
-def test_a_fixed_run_started_before_paths_had_tags_resumes(tmp_path: Path) -> None:
-    """run_id= and a Path argument: a run recorded by the older encoding (no "encoding" in
-    its identity record) still matches the same call, and only that call."""
-    url = str(tmp_path / "store")
+def _crashing_once(url: str, run_id: str) -> Callable[..., Any]:
+    """``train(x, n)`` under a fixed run id: crashes after step 2 the first time."""
     crashed: list[int] = []
 
-    @checkpointed(store=url, run_id="job-path")
-    def train(data: Path, n: int, *, state: Any = None) -> Any:
+    @checkpointed(store=url, run_id=run_id)
+    def train(x: Any, n: int, *, state: Any = None) -> Any:
         state = state or 0
         while state < n:
             state += 1
@@ -320,10 +327,18 @@ def test_a_fixed_run_started_before_paths_had_tags_resumes(tmp_path: Path) -> No
                 raise RuntimeError("the pod died")
         return state
 
+    return train
+
+
+def test_a_fixed_run_started_before_paths_had_tags_resumes(tmp_path: Path) -> None:
+    """run_id= and a Path argument: a run recorded by the older encoding (no "encoding" in
+    its identity record) still matches the same call, and only that call."""
+    url = str(tmp_path / "store")
+    train = _crashing_once(url, "job-path")
     with pytest.raises(RuntimeError):
         train(Path("/data/set"), 4)
     _age_identity_record(url, "job-path", _OLD_PATH_HASH)
-    with pytest.raises(RunMismatchError, match="'data'"):
+    with pytest.raises(RunMismatchError, match="'x'"):
         train(Path("/data/other"), 4)
     assert train(Path("/data/set"), 4) == 4  # was: RunMismatchError, 'data' differs
     # a record of this version holds the new hash: the tuple that spells the path (whose
@@ -332,7 +347,7 @@ def test_a_fixed_run_started_before_paths_had_tags_resumes(tmp_path: Path) -> No
     for key in store.list("job-path/"):
         store.delete(key)
     assert train(Path("/data/set"), 4) == 4
-    with pytest.raises(RunMismatchError, match="'data'"):
+    with pytest.raises(RunMismatchError, match="'x'"):
         train(("path", "/data/set"), 4)
 
 
@@ -1067,22 +1082,6 @@ def test_same_function_compares_qualified_names_across_main() -> None:
     assert not _same_function("__main__.GA.run", "pkg.train.PSO.run")
 
 
-def _rewrite_identity_record(url: str, run_id: str, edit: Callable[[dict[str, Any]], None]
-                             ) -> None:
-    from resumable import _format
-
-    store = open_store(url)
-    key = f"{run_id}/identity"
-    raw = store.get(key)
-    assert raw is not None
-    got = _format.decode(raw, kind="identity", name=key)
-    record = json.loads(bytes(got.frames[0]))
-    edit(record)
-    store.put(key, _format.encode(
-        [json.dumps(record, sort_keys=True).encode()], kind="identity", serializer="raw",
-        epoch=got.header.epoch, created=got.header.created, name=key))
-
-
 def test_a_fixed_run_recorded_by_encoding_2_resumes_with_its_numpy_scalar(
         tmp_path: Path) -> None:
     """A run a version before encoding 3 started under run_id= with np.float32(0.5) (its
@@ -1092,29 +1091,17 @@ def test_a_fixed_run_recorded_by_encoding_2_resumes_with_its_numpy_scalar(
     from resumable._runid import encode_value_as
 
     url = str(tmp_path / "store")
-    crashed: list[int] = []
-
-    @checkpointed(store=url, run_id="job-scalar")
-    def train(rate: Any, n: int, *, state: Any = None) -> Any:
-        state = state or 0
-        while state < n:
-            state += 1
-            yield state
-            if state == 2 and not crashed:
-                crashed.append(state)
-                raise RuntimeError("the pod died")
-        return state
-
+    train = _crashing_once(url, "job-scalar")
     with pytest.raises(RuntimeError):
         train(np.float32(0.5), 4)
 
     def as_encoding_2(record: dict[str, Any]) -> None:
         record["encoding"] = 2
-        record["arguments"]["rate"] = hashlib.sha256(
-            encode_value_as(np.float32(0.5), "rate", 2)).hexdigest()[:16]
+        record["arguments"]["x"] = hashlib.sha256(
+            encode_value_as(np.float32(0.5), "x", 2)).hexdigest()[:16]
 
     _rewrite_identity_record(url, "job-scalar", as_encoding_2)
-    with pytest.raises(RunMismatchError, match="'rate'"):
+    with pytest.raises(RunMismatchError, match="'x'"):
         train(np.float32(0.25), 4)
     assert train(np.float32(0.5), 4) == 4
 
