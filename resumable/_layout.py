@@ -115,8 +115,7 @@ class _Arrays:
             return arr.__reduce_ex__(5)
         if self.spans and id(arr) in self.spans:
             data = arr.view()
-            self.plain = {*self.plain, id(data)}
-            self.keep.append(data)
+            self._plain(data)
             return (rebuild_span, (data, self.spans[id(arr)]))
         if self.plan:
             planned = self.plan.get(id(arr))
@@ -130,11 +129,16 @@ class _Arrays:
             return arr.__reduce_ex__(5)
         low, high = _bounds(arr)
         data = self.np.ascontiguousarray(arr)
-        self.plain = {*self.plain, id(data)}
-        self.keep.append(data)
+        self._plain(data)
         return (rebuild_strided, (data, arr.shape, arr.strides, arr.dtype, _data(arr) - low,
                                   high - low, low % ALIGN))
 
+    def _plain(self, copy: Any) -> None:
+        """An array made here, reduced as numpy does, kept alive until the pass ends."""
+        if self.plain is _NONE:
+            self.plain = set()
+        self.plain.add(id(copy))  # type: ignore[union-attr]
+        self.keep.append(copy)
 
     def reset(self) -> None:
         """Let go of what one pass saw (the state's arrays, the spans)."""
