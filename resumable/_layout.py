@@ -263,21 +263,8 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
     pickler = _local.picklers.get(base)
     if pickler is None or pickler.busy or pickler.copyreg != copyreg.dispatch_table:
         main, owners = _pass(obj, base, np, _NO_PLAN, _NO_SPANS, buffers)
-    else:  # (_pass and _Pickler.dump, inlined: this runs at every snapshot)
-        arrays = pickler.arrays
-        pickler.sink[0] = buffers.append
-        pickler.busy = True
-        chunks = pickler.chunks
-        try:
-            pickler.pickler.dump(obj)
-            main = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            owners = arrays.owners
-        finally:
-            pickler.busy = False
-            pickler.pickler.clear_memo()  # (the memo holds the state's objects alive)
-            chunks.clear()
-            pickler.sink[0] = None
-            arrays.reset()
+    else:  # (the kept pickler, without _pass's frame: this runs at every snapshot)
+        main, owners = pickler.dump(obj, _NO_PLAN, _NO_SPANS, buffers)
     if not owners:
         return main
     clusters = _overlaps(owners)
