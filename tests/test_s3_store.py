@@ -179,6 +179,19 @@ def test_failed_multipart_upload_is_aborted(
     assert store.get("run/ckpt-big") is None
 
 
+def _behind_a_listing_gateway(server: S3Server, s3_env: Callable[..., Any],
+                              fault_proxy: Callable[..., FaultProxy], kind: str,
+                              **options: Any) -> tuple[str, FaultProxy]:
+    """A store holding run/ckpt-1, reached through a proxy that answers its listings
+    with a 200 of ``kind``; the store URL and the proxy."""
+    url = server.new_store_url()
+    s3_env(server)
+    open_store(url).put("run/ckpt-1", [b"x"])
+    proxy = fault_proxy(server, rate=1.0, kinds=[kind], match=b"list-type=2", **options)
+    s3_env(server, endpoint=proxy.endpoint)
+    return url, proxy
+
+
 @pytest.mark.parametrize("kind", ["empty_200", "html_200"])
 def test_a_200_listing_that_is_not_a_listing_is_retried_not_taken_as_empty(
     moto_server: S3Server,
@@ -193,11 +206,7 @@ def test_a_200_listing_that_is_not_a_listing_is_retried_not_taken_as_empty(
     runs). The deadline is long and the proxy stops faulting after two, so the retry
     happens however slow the machine is."""
     monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "30")
-    url = moto_server.new_store_url()
-    s3_env(moto_server)
-    open_store(url).put("run/ckpt-1", [b"x"])
-    proxy = fault_proxy(moto_server, rate=1.0, kinds=[kind], match=b"list-type=2", limit=2)
-    s3_env(moto_server, endpoint=proxy.endpoint)
+    url, proxy = _behind_a_listing_gateway(moto_server, s3_env, fault_proxy, kind, limit=2)
     assert open_store(url).list("run/") == ["run/ckpt-1"]
     assert proxy.faults[kind] == 2
 
@@ -214,11 +223,7 @@ def test_a_200_listing_that_is_never_a_listing_fails_instead_of_listing_nothing(
     empty listing. (How many attempts fit in the short deadline depends on the machine's
     speed, so only the test above counts retries.)"""
     monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "0.5")
-    url = moto_server.new_store_url()
-    s3_env(moto_server)
-    open_store(url).put("run/ckpt-1", [b"x"])
-    proxy = fault_proxy(moto_server, rate=1.0, kinds=[kind], match=b"list-type=2")
-    s3_env(moto_server, endpoint=proxy.endpoint)
+    url, proxy = _behind_a_listing_gateway(moto_server, s3_env, fault_proxy, kind)
     store = open_store(url)
     with pytest.raises(StoreError, match="HTTP 500"):
         store.list("run/")
