@@ -11,6 +11,7 @@ goes on.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -32,19 +33,22 @@ def install() -> None:
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)
-        if isinstance(value, ResumableError) and not interactive():
+        if (isinstance(value, ResumableError) and not interactive()
+                and threading.current_thread() is threading.main_thread()):
+            # Only the main thread's uncaught error ends the program. An app may route
+            # its threads' errors here (threading.excepthook calling sys.excepthook):
+            # exiting from such a thread cut the main thread's run unsaved (review 32).
             try:
                 # As Python's own exit, but for the status: threading's exit hooks (an
                 # unfinished f.iter's state is saved there) and the join of the other
                 # threads (their runs go on and save, as they would), then atexit.
                 # Without them os._exit cut other threads' runs unsaved (review 29).
-                shutdown = getattr(threading, "_shutdown", None)
-                if shutdown is not None and threading.current_thread() is \
-                        threading.main_thread():
-                    shutdown()
-                atexit._run_exitfuncs()
-                sys.stdout.flush()
-                sys.stderr.flush()
+                # Each step on its own: a Ctrl-C during the join still runs atexit.
+                for step in (getattr(threading, "_shutdown", None), atexit._run_exitfuncs,
+                             sys.stdout.flush, sys.stderr.flush):
+                    if step is not None:
+                        with contextlib.suppress(BaseException):  # (an interrupt: go on)
+                            step()
             finally:
                 os._exit(value.exit_code)
 

@@ -1438,3 +1438,90 @@ def test_an_uncaught_resumable_error_exits_with_its_code_after_the_other_runs(
     assert "other/result" in store.list("other/")
     saved = [k for k in store.list("it/") if k.startswith("it/ckpt-")]
     assert saved[-1].endswith("-000000000003"), saved
+
+
+_THREAD_ERROR_ROUTED_TO_EXCEPTHOOK = """
+import sys, threading
+from resumable import checkpointed, FencedError
+
+# one logging path for every uncaught error, threads' too (a common set-up)
+threading.excepthook = lambda a: sys.excepthook(a.exc_type, a.exc_value, a.exc_traceback)
+
+def side_task():
+    raise FencedError("a newer pod owns the side run")
+
+@checkpointed(store={store!r}, run_id="main")
+def main_run(*, state=None):
+    s = state or 0
+    while s < 6:
+        s += 1
+        if s == 3:
+            t = threading.Thread(target=side_task)
+            t.start()
+            t.join()
+        yield s
+    return s
+
+print("result", main_run(), flush=True)
+"""
+
+
+def test_a_resumable_error_in_another_thread_does_not_end_the_program(
+        tmp_path: Path) -> None:
+    """An app that routes its threads' errors to sys.excepthook: a worker thread's
+    FencedError made the exit-code hook call os._exit from that thread, in the middle of
+    the main thread's run, which lost its steps (review 32). Only the main thread's
+    uncaught error decides the exit status; the main run goes on to its result."""
+    script = tmp_path / "script.py"
+    script.write_text(_THREAD_ERROR_ROUTED_TO_EXCEPTHOOK.format(store=str(tmp_path / "s")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "result 6" in done.stdout
+    assert "FencedError" in done.stderr  # still reported
+    assert "main/result" in open_store(str(tmp_path / "s")).list("main/")
+
+
+_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN = """
+import atexit, threading, time
+from resumable import checkpointed
+
+atexit.register(lambda: print("atexit ran", flush=True))
+
+def waits_for_ever():
+    while threading.main_thread().is_alive():  # until Python's exit joins this thread
+        time.sleep(0.01)
+    print("joined", flush=True)
+    threading.Event().wait()
+
+threading.Thread(target=waits_for_ever).start()
+
+@checkpointed(store={store!r}, run_id="bad")
+def bad(*, state=None):
+    yield {{"lock": threading.Lock()}}  # unpicklable: SerializationError, exit 70
+
+bad()
+"""
+
+
+def test_ctrl_c_during_the_error_exits_join_still_runs_atexit(tmp_path: Path) -> None:
+    """A Ctrl-C while the exit-code hook joined the other threads skipped every atexit
+    handler (logging's flush, the user's), as the hook went straight to os._exit
+    (review 32). The exit goes on: atexit runs, then the error's status."""
+    from resumable._errors import EXIT_SERIALIZATION
+
+    script = tmp_path / "script.py"
+    script.write_text(_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN.format(
+        store=str(tmp_path / "s")))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "joined\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_SERIALIZATION, err
+    assert "atexit ran" in out
