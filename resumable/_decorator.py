@@ -85,6 +85,10 @@ class CheckpointedFunction(Generic[P, R]):
         # this wrapper instead ("not the same object").
         return self._func.__qualname__
 
+    def _identity_parts(self) -> tuple[Callable[..., Any], Any]:
+        """What identifies it as another run's argument: the function it wraps."""
+        return self._func, None
+
     # -- helpers --------------------------------------------------------------------
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
@@ -234,6 +238,9 @@ class _BoundCheckpointed:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return getattr, (self._obj, self._fn._func.__name__)  # as pickle takes a method
+
+    def _identity_parts(self) -> tuple[Callable[..., Any], Any]:
+        return self._fn._func, self._obj
 
     def iter(self, *args: Any, **kwargs: Any) -> RunIterator:
         return self._fn.iter(self._obj, *args, **kwargs)

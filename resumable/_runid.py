@@ -238,6 +238,14 @@ class _Encoder:
             out += f"descriptor:{_name(obj.__objclass__)}.{obj.__name__};".encode()
         elif type(obj) is object:
             self._fail(obj, path, "a bare object() is only ever equal to itself")
+        elif (parts := getattr(type(obj), "_identity_parts", None)) is not None:
+            # a @checkpointed function or method passed as an argument: by the code it
+            # wraps (it pickles by name, which would identify it by its name alone)
+            func, owner = parts(obj)
+            out += b"checkpointed:"
+            enc(func, out, f"{path}.__wrapped__", depth)
+            if owner is not None:
+                enc(owner, out, f"{path}.__self__", depth)
         else:
             self._reduce(obj, out, path, depth)
 

@@ -12,6 +12,7 @@ import random
 import struct
 import subprocess
 import sys
+import textwrap
 import threading
 import types
 from collections.abc import Callable, Generator, Iterator
@@ -1209,3 +1210,40 @@ def test_a_class_made_at_run_time_with_a_cached_property_has_an_identity() -> No
     ConfigurationError, where encoding 2 (classes by name) took it."""
     assert rid(_class_with_cached_property(1)) == rid(_class_with_cached_property(1))
     assert rid(_class_with_cached_property(1)) != rid(_class_with_cached_property(2))
+
+
+def _ids_of_decorated_with_body(body: str) -> tuple[str, str]:
+    """Run ids of a call taking a @checkpointed function, and one taking a @checkpointed
+    method, whose code returns ``body``; both reachable by name, as in a script."""
+    module = types.ModuleType("decorated_args")
+    sys.modules[module.__name__] = module
+    try:
+        exec(textwrap.dedent(f"""
+            from resumable import checkpointed
+
+            @checkpointed(store="memory://decorated-args")
+            def evaluate(x, *, state=None):
+                yield 0
+                return {body}
+
+            class Model:
+                @checkpointed(store="memory://decorated-args")
+                def fit(self, x, *, state=None):
+                    yield 0
+                    return {body}
+            """), module.__dict__)
+        return rid(module.evaluate), rid(module.Model().fit)
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_a_checkpointed_function_as_an_argument_is_identified_by_its_code() -> None:
+    """A @checkpointed function passed to another run (a fitness, a sub-run) was
+    identified by its name alone once it pickled by name (e5a9dc6): a change to its code
+    returned the old code's stored result (review 32). By its code again, as a plain
+    function; the same for a @checkpointed method."""
+    double = _ids_of_decorated_with_body("x * 2")
+    triple = _ids_of_decorated_with_body("x * 3")
+    assert double[0] != triple[0]
+    assert double[1] != triple[1]
+    assert double == _ids_of_decorated_with_body("x * 2")
