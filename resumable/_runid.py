@@ -238,10 +238,10 @@ class _Encoder:
             out += f"descriptor:{_name(obj.__objclass__)}.{obj.__name__};".encode()
         elif type(obj) is object:
             self._fail(obj, path, "a bare object() is only ever equal to itself")
-        elif (parts := getattr(type(obj), "_identity_parts", None)) is not None:
+        elif (identify := getattr(type(obj), "_identity_parts", None)) is not None:
             # a @checkpointed function or method passed as an argument: by the code it
             # wraps (it pickles by name, which would identify it by its name alone)
-            func, owner = parts(obj)
+            func, owner = identify(obj)
             out += b"checkpointed:"
             enc(func, out, f"{path}.__wrapped__", depth)
             if owner is not None:
