@@ -330,8 +330,7 @@ class _Execution:
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
         self.interrupted = False  # no yield came in time: nothing the body yields is saved
         self.progress: Progress | None = None
-        self.uploader = Uploader(f"resumable-upload-{run.run_id}",
-                                 duty=_settings.UPLOAD_DUTY.read())
+        self.uploader = self._new_uploader()
         # $RESUMABLE_SYNC=1: every save completes before the body goes on (no coalescing).
         self.synchronous = _settings.SYNC.read()
         self.last_snap: Snapshot | None = None  # the newest snapshot (due yields only)
@@ -768,8 +767,17 @@ class _Execution:
         finally:
             _signals._shielded = True
 
+    def _new_uploader(self) -> Uploader:
+        return Uploader(f"resumable-upload-{self.run.run_id}", duty=_settings.UPLOAD_DUTY.read())
+
     def _steps(self) -> Generator[Any, None, Any]:
         run = self.run
+        if run.forked_away():
+            # An iterator made in another process and first driven in this one (f.iter()
+            # handed to a fork Process): nothing ran there, so this process is the
+            # attempt. Its uploader, made there, was abandoned at the fork.
+            run.adopt_process()
+            self.uploader = self._new_uploader()
         found, value = self.stored_result()
         if found:
             return value

@@ -247,6 +247,10 @@ class Run:
         """This is a child process the body forked (not the attempt): it saves nothing."""
         return os.getpid() != self._pid
 
+    def adopt_process(self) -> None:
+        """This process is the attempt (the run was opened in its parent, nothing ran)."""
+        self._pid = os.getpid()
+
     # -- naming -----------------------------------------------------------------------
 
     def key(self, name: str) -> str:

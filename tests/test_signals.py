@@ -1525,3 +1525,45 @@ def test_ctrl_c_during_the_error_exits_join_still_runs_atexit(tmp_path: Path) ->
         proc.kill()
     assert proc.returncode == EXIT_SERIALIZATION, err
     assert "atexit ran" in out
+
+
+_ITER_DRIVEN_IN_A_CHILD = """
+import multiprocessing as mp
+from resumable import checkpointed
+
+@checkpointed(store={store!r}, run_id="r")
+def count(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+    return s
+
+def consume(it):
+    for _ in it:
+        pass
+    print("result", it.result, flush=True)
+
+if __name__ == "__main__":
+    it = count.iter(5)  # made here, first driven in the child
+    p = mp.get_context("fork").Process(target=consume, args=(it,))
+    p.start()
+    p.join()
+    print("exit", p.exitcode, flush=True)
+"""
+
+
+def test_an_iterator_made_here_and_driven_in_a_forked_child_saves_there(
+        tmp_path: Path) -> None:
+    """f.iter() handed to a fork Process: nothing ran in the parent, so the child is the
+    run's attempt. It ran the whole run and saved nothing (review 32): the run took the
+    process it was opened in for its attempt's."""
+    script = tmp_path / "script.py"
+    script.write_text(_ITER_DRIVEN_IN_A_CHILD.format(store=str(tmp_path / "s")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "result 5" in done.stdout and "exit 0" in done.stdout
+    names = open_store(str(tmp_path / "s")).list("r/")
+    assert "r/result" in names, names
+    assert any(n.startswith("r/ckpt-") for n in names), names
