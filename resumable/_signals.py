@@ -330,6 +330,12 @@ def terminating() -> bool:
     return _term_at is not None
 
 
+def refuses_new_runs() -> bool:
+    """A SIGTERM is being served in this process: a run that has not started yet (a
+    thread pool's queued task) does not start its body."""
+    return _term_at is not None and os.getpid() == _owner
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
     global _term_at, _interrupt_main, _exit_143

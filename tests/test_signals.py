@@ -1280,7 +1280,7 @@ def work(task, *, state=None):
 
 resumable.install_signal_handlers()
 with ThreadPoolExecutor(1) as ex:
-    futures = [ex.submit(work, t) for t in range(2)]
+    futures = [ex.submit(work, t) for t in range(4)]
     try:
         for f in futures:
             print("result", f.result(), flush=True)
@@ -1290,10 +1290,12 @@ with ThreadPoolExecutor(1) as ex:
 """
 
 
-def test_a_run_that_starts_after_sigterm_stops_at_its_first_yield(tmp_path: Path) -> None:
+def test_a_run_that_would_start_after_sigterm_does_not_start(tmp_path: Path) -> None:
     """A thread pool's next task started after the SIGTERM was never told to stop: it ran
     on (here to its end, 50 generations; in review 29, until the exit guard cut it off
-    unsaved). Now it saves its first yield and stops; the process exits 143."""
+    unsaved). e5a9dc6 stopped it at its first yield, but every queued task still ran a
+    generation in turn, holding up the exit by as many (review 32). Now it does not start
+    at all; the process exits 143."""
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(_LATE_POOL_TASK.format(store=str(tmp_path / "store"))))
     proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
@@ -1317,7 +1319,7 @@ def test_a_run_that_starts_after_sigterm_stops_at_its_first_yield(tmp_path: Path
     for run_dir in (tmp_path / "store").iterdir():
         names = sorted(p.name for p in run_dir.glob("ckpt-*"))
         steps[run_dir.name] = [int(n.rsplit("-", 1)[1]) for n in names]
-    assert sorted(steps.values()) == [[1], [3]], steps  # task 1 saved its first yield only
+    assert list(steps.values()) == [[3]], steps  # task 1 never started: no run of its
 
 
 _FORK_IN_BODY = """
