@@ -22,6 +22,7 @@ from ._errors import ConfigurationError, RunMismatchError
 from ._run import CALL, IDENTITY, Checkpoint, Run
 from ._runid import (
     ENCODING,
+    _mod,
     code_fingerprint,
     derive_run_id,
     encode_arguments,
@@ -88,7 +89,7 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
         rid = fixed
     ignored = {k: v for k, v in arguments.items() if k in ignore}
     return CallIdentity(
-        run_id=rid, function=f"{func.__module__}.{func.__qualname__}", version=version,
+        run_id=rid, function=f"{_mod(func.__module__)}.{func.__qualname__}", version=version,
         fixed=fixed is not None, arguments=hashes,
         shown={k: _show(v) for k, v in identifying.items()},
         ignored={k: _lenient_hash(k, v) for k, v in ignored.items()},
@@ -113,7 +114,7 @@ def _lenient_hash(name: str, value: Any, encoding: int = ENCODING) -> str:
     try:
         return _hash(encode_value_as(value, name, encoding))
     except ConfigurationError:
-        return f"type:{type(value).__module__}.{type(value).__qualname__}"
+        return f"type:{_mod(type(value).__module__)}.{type(value).__qualname__}"
 
 
 def _show(value: Any) -> str:

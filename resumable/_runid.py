@@ -88,7 +88,7 @@ class _Encoder:
 
     def _fail(self, obj: Any, path: str, why: str = "it has no stable value") -> NoReturn:
         raise ConfigurationError(
-            f"cannot derive a run id: {path} is a {type(obj).__module__}."
+            f"cannot derive a run id: {path} is a {_mod(type(obj).__module__)}."
             f"{type(obj).__qualname__} and {why}; pass run_id= (or $RESUMABLE_RUN_ID) to "
             "name the run yourself, or leave the argument out of the identity with ignore="
         )
@@ -155,7 +155,7 @@ class _Encoder:
             out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
             self._extra_attrs(obj, out, path, depth)
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            out += f"dc:{type(obj).__module__}.{tag}".encode()
+            out += f"dc:{_mod(type(obj).__module__)}.{tag}".encode()
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             enc(_Attrs(fields), out, path, depth)
             if self.encoding >= 3:
@@ -202,7 +202,7 @@ class _Encoder:
             out += f"global-rng:{_name(type(obj))};".encode()
         elif (state := _rng_state(obj)) is not None:
             # RNGs are identified by their state: seeded alike is the same argument.
-            out += f"rng:{type(obj).__module__}.{tag}".encode()
+            out += f"rng:{_mod(type(obj).__module__)}.{tag}".encode()
             enc(state, out, f"{path} state", depth)
         elif isinstance(obj, type):
             if self.encoding >= 3 and _resolve(obj.__module__, obj.__qualname__) is not obj:
@@ -215,7 +215,7 @@ class _Encoder:
               and _is_global_rng(obj.__self__)):
             # random.random, np.random.normal: the module's function, not a state that
             # differs in every process (the global RNGs are seeded from os.urandom)
-            out += f"global-rng:{type(obj.__self__).__module__}.{obj.__name__};".encode()
+            out += f"global-rng:{_mod(type(obj.__self__).__module__)}.{obj.__name__};".encode()
         elif isinstance(obj, types.FunctionType):
             self._function(obj, out, path, depth)
         elif isinstance(obj, types.MethodType):
@@ -309,7 +309,7 @@ class _Encoder:
 
     def _function(self, fn: types.FunctionType, out: bytearray, path: str, depth: int) -> None:
         """Code (bytecode, constants, names; nested code too), defaults, closure cells."""
-        out += f"function:{fn.__module__}.{fn.__qualname__}:".encode()
+        out += f"function:{_mod(fn.__module__)}.{fn.__qualname__}:".encode()
         _code(fn.__code__, out)
         self._encode(fn.__defaults__, out, f"{path}.__defaults__", depth)
         self._encode(fn.__kwdefaults__, out, f"{path}.__kwdefaults__", depth)
@@ -334,7 +334,7 @@ class _Encoder:
         if isinstance(rv, str):  # a module-level singleton, pickled by name
             module = getattr(obj, "__module__", None) or pickle.whichmodule(obj, rv)  # type: ignore[attr-defined]
             if _resolve(module, rv) is obj:
-                out += f"global:{module}.{rv};".encode()
+                out += f"global:{_mod(module)}.{rv};".encode()
                 return
             # The name does not lead back to it (an lru_cache'd closure, `<locals>`):
             # identify what it wraps, by value, or refuse.
@@ -406,8 +406,14 @@ _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType,
                 types.ClassMethodDescriptorType, types.MethodWrapperType)
 
 
+def _mod(module: str) -> str:
+    """A module's name in run ids: a script is ``__main__``, also where multiprocessing's
+    spawn and forkserver workers import it as ``__mp_main__`` (one run, either way)."""
+    return "__main__" if module == "__mp_main__" else module
+
+
 def _name(obj: Any) -> str:
-    module = getattr(obj, "__module__", None) or "?"
+    module = _mod(getattr(obj, "__module__", None) or "?")
     return f"{module}.{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
 
 
@@ -416,7 +422,7 @@ def _atom(obj: Any, out: bytearray) -> None:
     if obj is None or isinstance(obj, bool):
         out += f"{tag}:{obj!r};".encode()
     elif isinstance(obj, enum.Enum):
-        out += f"enum:{type(obj).__module__}.{tag}.{obj.name};".encode()
+        out += f"enum:{_mod(type(obj).__module__)}.{tag}.{obj.name};".encode()
     elif isinstance(obj, int):
         out += f"int:{obj};".encode()
     elif isinstance(obj, float):
@@ -580,7 +586,7 @@ def derive_run_id(func: Callable[..., Any], arguments: Mapping[str, Any],
     if version is not None:
         buf += b"version:" + encode_value(version, "version")
     digest = hashlib.sha256(buf).hexdigest()[:12]
-    name = _UNSAFE.sub("_", f"{func.__module__}.{func.__qualname__}").strip(".")
+    name = _UNSAFE.sub("_", f"{_mod(func.__module__)}.{func.__qualname__}").strip(".")
     return f"{name[: MAX_RUN_ID - 13]}-{digest}"
 
 

@@ -1247,3 +1247,48 @@ def test_a_checkpointed_function_as_an_argument_is_identified_by_its_code() -> N
     assert double[0] != triple[0]
     assert double[1] != triple[1]
     assert double == _ids_of_decorated_with_body("x * 2")
+
+
+_ROOT = Path(__file__).resolve().parents[1]
+_SPAWNED_POOL = """
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from resumable import checkpointed
+
+@checkpointed(store=os.environ["STORE"])
+def job(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+    return s * 10
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=get_context(sys.argv[1])) as pool:
+        print("results", list(pool.map(job, [2, 3])), flush=True)
+    print("run id", job.run_id(2), flush=True)
+    print("store", sorted(os.listdir(os.environ["STORE"])), flush=True)
+    print("resumed", job.latest(2).state, flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_script_run_in_a_spawned_pool_has_the_scripts_run_id(
+        tmp_path: Path, method: str) -> None:
+    """spawn and forkserver workers import the script as ``__mp_main__``: its runs got
+    other run ids there than the script's own calls (and than fork workers), so a run
+    started in a pool and called directly, or under another start method, started over,
+    and ``f.latest`` or ``f.reset`` from the script missed it (review 32)."""
+    script = tmp_path / "script.py"
+    script.write_text(_SPAWNED_POOL)
+    done = subprocess.run(
+        [sys.executable, str(script), method], capture_output=True, text=True, cwd=_ROOT,
+        env=dict(os.environ, PYTHONPATH=str(_ROOT), STORE=str(tmp_path / "s")), timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["results"] == "[20, 30]"
+    assert lines["run"].startswith("id __main__.job-")
+    run_id = lines["run"][len("id "):]
+    assert run_id in lines["store"], lines
+    assert lines["resumed"] == "2"
