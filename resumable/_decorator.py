@@ -24,6 +24,7 @@ from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
 from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot
+from ._runid import _resolve as _runid_resolve
 from ._runid import validate_run_id
 from ._uploader import Uploader
 from .serializers import Serializer, get_serializer
@@ -79,11 +80,20 @@ class CheckpointedFunction(Generic[P, R]):
         # Methods: bind like a function would, so self takes part in the run id.
         return self if obj is None else _BoundCheckpointed(self, obj)
 
-    def __reduce__(self) -> str:
-        # By name, as pickle takes a function (a process pool's task): its __dict__ holds
-        # the function it wraps, which pickle would look up by the same name and find
-        # this wrapper instead ("not the same object").
-        return self._func.__qualname__
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        # As pickle takes a function (a process pool's task): by name where the name
+        # leads back to it. Pickling its __dict__ instead found this wrapper where the
+        # function it wraps should be ("not the same object").
+        name = self._func.__qualname__
+        if _runid_resolve(self.__module__, name) is not self:
+            # Under another name (g = checkpointed(...)(f)), or made in a function: the
+            # function it wraps by name (f), or by value where cloudpickle pickles.
+            return CheckpointedFunction, (self._func, self._opts)
+        if self.__module__ not in ("__main__", "__mp_main__"):
+            return name
+        # A script's: by name where the worker runs the script too (multiprocessing's
+        # pools), and by value where it does not (cloudpickle's: joblib, Dask).
+        return _script_function, (name, _by_value(self._func, self._opts))
 
     def _identity_parts(self) -> tuple[Callable[..., Any], Any]:
         """What identifies it as another run's argument: the function it wraps."""
@@ -226,6 +236,29 @@ class RunIterator(Iterator[Any]):
         return self._result
 
 
+def _by_value(*parts: Any) -> bytes | None:
+    try:
+        import cloudpickle
+
+        return cloudpickle.dumps(parts)  # type: ignore[no-any-return]
+    except Exception:  # (not installed, or a part it cannot pickle: by name alone)
+        return None
+
+
+def _script_function(name: str, by_value: bytes | None) -> CheckpointedFunction[Any, Any]:
+    """A script's @checkpointed function, unpickled: the worker's own, where it runs the
+    script too; else rebuilt from its value."""
+    found = _runid_resolve("__main__", name)
+    if isinstance(found, CheckpointedFunction) or by_value is None:
+        if found is None:
+            raise AttributeError(f"Can't get attribute {name!r} on <module '__main__'>")
+        return found  # type: ignore[no-any-return]
+    import cloudpickle
+
+    func, options = cloudpickle.loads(by_value)
+    return CheckpointedFunction(func, options)
+
+
 class _BoundCheckpointed:
     """A decorated method bound to its instance, with the same helpers."""
 
@@ -237,7 +270,13 @@ class _BoundCheckpointed:
         return self._fn(self._obj, *args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return getattr, (self._obj, self._fn._func.__name__)  # as pickle takes a method
+        # As pickle takes a method: by the name under which its class holds it
+        obj = self._obj
+        for klass in (obj if isinstance(obj, type) else type(obj)).__mro__:
+            for name, value in vars(klass).items():
+                if value is self._fn or getattr(value, "__func__", None) is self._fn:
+                    return getattr, (obj, name)  # (a classmethod's: obj is the class)
+        return _BoundCheckpointed, (self._fn, self._obj)
 
     def _identity_parts(self) -> tuple[Callable[..., Any], Any]:
         return self._fn._func, self._obj
