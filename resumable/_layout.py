@@ -8,20 +8,35 @@ array runs another kernel, and a write through one view no longer shows in the o
 ``dumps`` pickles with a ``dispatch_table`` entry for exact ``ndarray``s (a plain dict:
 other objects pay nothing; subclasses keep numpy's own reduction):
 
-- a C- or F-contiguous array is reduced as numpy does (one out-of-band buffer);
+- a C- or F-contiguous array on aligned memory is reduced as numpy does (one
+  out-of-band buffer);
 - a strided one as its elements, contiguous (not the gaps between them), with its
-  strides; loading lays them out again in an aligned buffer of the original extent;
-- arrays whose bytes overlap (found after the pass: arrays are grouped by the object
-  that owns their memory, and only groups of two or more have their bounds compared)
-  are pickled again, each as a view of one shared span of bytes, pickled once.
+  strides; loading lays them out again in a buffer of the original extent, placed where
+  the array was relative to a 64-byte boundary. So is a contiguous array on unaligned
+  memory (a record after a 1-byte header): numpy would load it aligned, and unaligned
+  memory computes other bits;
+- arrays that share memory (found after the pass: arrays are grouped by the object that
+  owns their memory, following numpy's ``DummyArray`` of ``as_strided`` and
+  ``sliding_window_view``; in groups of two or more, arrays whose bounds overlap are
+  asked ``np.shares_memory``) are pickled again, each as a view of one shared span of
+  bytes, pickled once. Unless the span is much larger than the arrays (more than 4 times
+  their bytes, and more than 1 MiB: ``big[:10]`` and ``big[::100000]`` of a ``big`` not
+  in the state): those are saved as separate copies, as numpy pickles them (a warning,
+  once per process, says that writes through one no longer show in the other);
+- a read-only array comes back read-only, as numpy's own pickling does.
 
-Object arrays keep numpy's reduction (their elements are pickled objects, not memory).
+Object arrays keep numpy's reduction (their elements are pickled objects, not memory),
+and so do the arrays inside pandas' block managers (a ``DataFrame``'s, a ``Series``'s):
+pandas shares memory between them lazily (copy-on-write: a write copies first) and
+tracks that itself, so they must come back independent copies, as pickle makes them.
 """
 
 from __future__ import annotations
 
 import copyreg
+import logging
 import pickle
+import sys
 import threading
 import types
 from collections.abc import Callable, Mapping
@@ -30,6 +45,13 @@ from typing import Any
 from . import _numpy
 from ._aligned import ALIGN, aligned_buffer
 
+log = logging.getLogger("resumable")
+
+SPARSE = 4  # arrays sharing a span over 4 times their bytes (and over SPARSE_MIN): copies
+SPARSE_MIN = 1 << 20
+MAX_WORK = 1000  # np.shares_memory's effort per pair (past it: taken as sharing)
+_warned = False  # (the warning about sparse shared arrays: once per process)
+
 
 def _placed(np: Any, n: int, pad: int) -> Any:
     """``n`` writable bytes at ``pad`` bytes past a 64-byte boundary."""
@@ -37,7 +59,8 @@ def _placed(np: Any, n: int, pad: int) -> Any:
 
 
 def rebuild_strided(data: Any, shape: tuple[int, ...], strides: tuple[int, ...],
-                    dtype: Any, offset: int, extent: int, pad: int = 0) -> Any:
+                    dtype: Any, offset: int, extent: int, pad: int = 0,
+                    writeable: bool = True) -> Any:
     """A strided array as it was saved: its elements in a buffer of its extent, whose
     first byte is where it was relative to a 64-byte boundary (``pad``)."""
     np = _numpy.loaded()
@@ -45,6 +68,8 @@ def rebuild_strided(data: Any, shape: tuple[int, ...], strides: tuple[int, ...],
     out = np.ndarray(shape, dtype, buffer=_placed(np, extent, pad), offset=offset,
                      strides=strides)
     out[...] = data
+    if not writeable:
+        out.flags.writeable = False
     return out
 
 
@@ -61,11 +86,55 @@ def rebuild_span(data: Any, pad: int) -> Any:
 
 
 def rebuild_view(span: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 dtype: Any) -> Any:
+                 dtype: Any, writeable: bool = True) -> Any:
     """One of the arrays that shared memory: a view of the span they share."""
     np = _numpy.loaded()
     assert np is not None
-    return np.ndarray(shape, dtype, buffer=span, offset=offset, strides=strides)
+    out = np.ndarray(shape, dtype, buffer=span, offset=offset, strides=strides)
+    if not writeable:
+        out.flags.writeable = False
+    return out
+
+
+def restore_state(obj: Any, packed: tuple[Any, Any, Any]) -> None:
+    """A pandas manager's state, set as pickle would have (``packed``: the state, the
+    manager's own state setter, and the marker that ended its arrays' numpy reduction)."""
+    state, setter = packed[0], packed[1]
+    if setter is not None:
+        setter(obj, state)
+        return
+    if state is None:
+        return
+    setstate = getattr(obj, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state:
+        obj.__dict__.update(state)
+    for name, value in (slots or {}).items():
+        setattr(obj, name, value)
+
+
+class _Leave:
+    """Pickled after a pandas manager's state: its arrays are numpy's from there on."""
+
+    __slots__ = ()
+
+
+_MANAGERS = ("BlockManager", "SingleBlockManager")
+_MANAGERS_MODULE = "pandas.core.internals.managers"
+
+
+def _pandas_managers() -> tuple[type, ...] | None:
+    """pandas' block manager classes, once pandas is imported (never imported here)."""
+    module = sys.modules.get(_MANAGERS_MODULE)
+    if module is None:
+        return None
+    found = tuple(getattr(module, name, None) for name in _MANAGERS)
+    return found if all(isinstance(c, type) for c in found) else None  # type: ignore[return-value]
 
 
 class _Span:
@@ -79,12 +148,27 @@ class _Span:
 
 
 def _owner(arr: Any, ndarray: type) -> Any:
-    """The object whose memory ``arr`` uses: the end of its chain of bases. (Not a
-    memoryview's exporter: arrays loaded from one object's frames each have a frame of
-    their own, and frames do not overlap.)"""
-    while isinstance(arr.base, ndarray):
-        arr = arr.base
-    return arr if arr.base is None else arr.base
+    """The object whose memory ``arr`` uses: the end of its chain of bases, through
+    numpy's ``DummyArray`` (``as_strided``, ``sliding_window_view``) and a memoryview of
+    an array. (Not a memoryview's other exporters: arrays loaded from one object's frames
+    each have a frame of their own, and frames do not overlap.)"""
+    while True:
+        base = arr.base
+        if base is None:
+            return arr
+        if isinstance(base, ndarray):
+            arr = base
+            continue
+        inner: Any
+        if isinstance(base, memoryview):
+            inner = base.obj
+        elif type(base).__name__ == "DummyArray":
+            inner = getattr(base, "base", None)
+        else:
+            return base
+        if not isinstance(inner, ndarray):
+            return base
+        arr = inner
 
 
 def _data(arr: Any) -> int:
@@ -99,7 +183,7 @@ _NO_SPANS: dict[int, int] = {}
 class _Arrays:
     """One pickling pass's reduction of exact ndarrays, and what it saw of them."""
 
-    __slots__ = ("keep", "ndarray", "np", "owners", "plain", "plan", "spans")
+    __slots__ = ("inside", "keep", "ndarray", "np", "owners", "plain", "plan", "spans")
 
     def __init__(self, np: Any, plan: dict[int, tuple[Any, int]]) -> None:
         self.np = np
@@ -109,9 +193,10 @@ class _Arrays:
         self.spans: dict[int, int] = _NO_SPANS  # id(span) -> its first byte's address % 64
         self.owners: dict[int, list[Any]] = {}  # id(owner) -> its arrays in the pickle
         self.keep: list[Any] = []  # the copies (their ids must not be reused meanwhile)
+        self.inside = 0  # within a pandas manager's pickle: numpy's reduction
 
     def reduce(self, arr: Any) -> Any:
-        if arr.dtype.hasobject or id(arr) in self.plain:
+        if self.inside or arr.dtype.hasobject or id(arr) in self.plain:
             return arr.__reduce_ex__(5)
         if self.spans and id(arr) in self.spans:
             data = arr.view()
@@ -121,17 +206,36 @@ class _Arrays:
             planned = self.plan.get(id(arr))
             if planned is not None:
                 span, offset = planned
-                return (rebuild_view, (span, offset, arr.shape, arr.strides, arr.dtype))
-        if arr.size:
-            self.owners.setdefault(id(_owner(arr, self.ndarray)), []).append(arr)
+                view = (span, offset, arr.shape, arr.strides, arr.dtype)
+                return (rebuild_view, view if arr.flags.writeable else (*view, False))
+        if not arr.size:
+            return arr.__reduce_ex__(5)
+        self.owners.setdefault(id(_owner(arr, self.ndarray)), []).append(arr)
         flags = arr.flags
-        if flags.c_contiguous or flags.f_contiguous:
+        if (flags.c_contiguous or flags.f_contiguous) and flags.aligned:
             return arr.__reduce_ex__(5)
         low, high = _bounds(arr)
-        data = self.np.ascontiguousarray(arr)
+        # (an unaligned C-contiguous array: a view of it, its memory out of band)
+        data = arr.view() if flags.c_contiguous else self.np.ascontiguousarray(arr)
         self._plain(data)
-        return (rebuild_strided, (data, arr.shape, arr.strides, arr.dtype, _data(arr) - low,
-                                  high - low, low % ALIGN))
+        args = (data, arr.shape, arr.strides, arr.dtype, _data(arr) - low, high - low,
+                low % ALIGN)
+        return (rebuild_strided, args if flags.writeable else (*args, False))
+
+    def manager(self, manager: Any) -> Any:
+        """A pandas block manager, reduced as pandas does, with the arrays in it reduced
+        as numpy does (until the ``_Leave`` pickled after its state)."""
+        reduced = manager.__reduce_ex__(5)
+        if not isinstance(reduced, tuple):
+            return reduced
+        self.inside += 1
+        more = (*reduced[2:], None, None, None, None)
+        return (reduced[0], reduced[1], (more[0], more[3], _Leave()), more[1], more[2],
+                restore_state)
+
+    def leave(self, marker: Any) -> Any:
+        self.inside -= 1
+        return (bool, ())  # (False: restore_state ignores it)
 
     def _plain(self, copy: Any) -> None:
         """An array made here, reduced as numpy does, kept alive until the pass ends."""
@@ -142,9 +246,9 @@ class _Arrays:
 
     def reset(self) -> None:
         """Let go of what one pass saw (the state's arrays, the spans)."""
-        if self.owners or self.keep or self.plan or self.spans or self.plain:
-            self.owners, self.keep, self.plan, self.spans, self.plain = (
-                {}, [], _NO_PLAN, _NO_SPANS, _NONE)
+        if self.owners or self.keep or self.plan or self.spans or self.plain or self.inside:
+            self.owners, self.keep, self.plan, self.spans, self.plain, self.inside = (
+                {}, [], _NO_PLAN, _NO_SPANS, _NONE, 0)
 
 
 def _bounds(arr: Any) -> tuple[int, int]:
@@ -158,9 +262,10 @@ def _bounds(arr: Any) -> tuple[int, int]:
     return low, high + arr.itemsize
 
 
-def _overlaps(owners: dict[int, list[Any]]) -> list[list[tuple[int, int, Any]]]:
-    """Clusters of two or more arrays whose bytes overlap: (low, high, array) each."""
-    clusters = []
+def _overlaps(np: Any, owners: dict[int, list[Any]]) -> list[list[tuple[int, int, Any]]]:
+    """Clusters of two or more arrays that share memory (each one shares with another of
+    its cluster): (low, high, array) each, by their first byte."""
+    clusters: list[list[tuple[int, int, Any]]] = []
     for arrays in owners.values():
         if len(arrays) < 2:
             continue
@@ -172,11 +277,59 @@ def _overlaps(owners: dict[int, list[Any]]) -> list[list[tuple[int, int, Any]]]:
                 high = max(high, item[1])
                 continue
             if len(current) > 1:
-                clusters.append(current)
+                clusters.extend(_sharing(np, current))
             current, high = [item], item[1]
         if len(current) > 1:
-            clusters.append(current)
+            clusters.extend(_sharing(np, current))
     return clusters
+
+
+def _sharing(np: Any, run: list[tuple[int, int, Any]]) -> list[list[tuple[int, int, Any]]]:
+    """The clusters of arrays that share bytes among arrays whose bounds overlap (two
+    samples of one buffer may interleave without a byte in common)."""
+    low, high = run[0][0], max(t[1] for t in run)
+    for item in run:  # (usually: an array, and views of it)
+        if item[0] == low and item[1] == high and item[2].flags.forc:
+            return [run]  # (every byte of the run is its: all share with it)
+    if len(run) == 2:
+        return [run] if _shares(np, run[0][2], run[1][2]) else []
+    root = list(range(len(run)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = i = root[root[i]]
+        return i
+
+    for i, (_, high, a) in enumerate(run):
+        for j in range(i + 1, len(run)):
+            if run[j][0] >= high:
+                break  # (sorted by their first byte: none after shares a byte with a)
+            ri, rj = find(i), find(j)
+            if ri == rj:
+                continue
+            if _shares(np, a, run[j][2]):
+                root[rj] = ri
+    groups: dict[int, list[tuple[int, int, Any]]] = {}
+    for i, item in enumerate(run):
+        groups.setdefault(find(i), []).append(item)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _shares(np: Any, a: Any, b: Any) -> bool:
+    try:
+        return bool(np.shares_memory(a, b, max_work=MAX_WORK))
+    except RuntimeError:  # (numpy's TooHardError: taken as sharing)
+        return True
+
+
+def _warn_copies() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("numpy arrays that share memory were saved as copies, because they "
+                    "sample a much larger buffer (more than %d times their bytes): "
+                    "writes through one will not show in the other after a resume",
+                    SPARSE)
 
 
 class _Pickler:
@@ -194,8 +347,10 @@ class _Pickler:
         # since: a new pickler)
         table = getattr(base, "dispatch_table", None)  # (cloudpickle's has its own entries)
         # A plain dict: the C pickler looks up the type of every object it reduces in it.
-        dispatch = {**(table if isinstance(table, Mapping) else copyreg.dispatch_table),
-                    arrays.ndarray: arrays.reduce}
+        self.dispatch = dispatch = {
+            **(table if isinstance(table, Mapping) else copyreg.dispatch_table),
+            arrays.ndarray: arrays.reduce, _Leave: arrays.leave}
+        self.pandas = False  # (its managers' entries: once pandas is imported)
         pickler: Any = base.__new__(base)  # type: ignore[call-overload]
         if base is not pickle.Pickler:
             # A subclass with a dispatch_table of its own (cloudpickle's): the C pickler
@@ -205,13 +360,26 @@ class _Pickler:
                          buffer_callback=lambda b: sink[0](b))
         pickler.dispatch_table = dispatch
         self.pickler = pickler
+        # cloudpickle's map of the globals it pickled, by id: for one dump only (an id
+        # reused by another namespace at the next snapshot would find the first one's)
+        self.globals_ref = "globals_ref" in getattr(pickler, "__dict__", ())
         self.busy = False  # (a __reduce__ that pickles a state itself gets its own)
 
+    def _pandas(self) -> None:
+        managers = _pandas_managers()
+        if managers is not None:
+            for cls in managers:
+                self.dispatch.setdefault(cls, self.arrays.manager)
+            self.pandas = True
+
     def dump(self, obj: Any, plan: dict[int, tuple[Any, int]], spans: dict[int, int],
-             buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
+             buffers: list[pickle.PickleBuffer],
+             plain: set[int] | frozenset[int] = _NONE) -> tuple[bytes, dict[int, list[Any]]]:
         """The pickle, and the owners of the arrays in it (see ``_Arrays``)."""
+        if not self.pandas and _MANAGERS_MODULE in sys.modules:
+            self._pandas()
         arrays = self.arrays
-        arrays.plan, arrays.spans = plan, spans
+        arrays.plan, arrays.spans, arrays.plain = plan, spans, plain
         self.sink[0] = buffers.append
         self.busy = True
         chunks = self.chunks
@@ -222,6 +390,8 @@ class _Pickler:
         finally:
             self.busy = False
             self.pickler.clear_memo()  # (the memo holds the state's objects alive)
+            if self.globals_ref and self.pickler.globals_ref:
+                self.pickler.globals_ref = {}
             chunks.clear()
             self.sink[0] = None
             arrays.reset()
@@ -237,8 +407,8 @@ _np: Any = None  # numpy, once loaded (it stays)
 
 
 def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
-          spans: dict[int, int],
-          buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
+          spans: dict[int, int], buffers: list[pickle.PickleBuffer],
+          plain: set[int] | frozenset[int] = _NONE) -> tuple[bytes, dict[int, list[Any]]]:
     picklers = _local.picklers
     pickler = picklers.get(base)
     if pickler is None or pickler.busy or pickler.copyreg != copyreg.dispatch_table:
@@ -246,7 +416,7 @@ def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
         if pickler is None or not pickler.busy:
             picklers[base] = fresh
         pickler = fresh
-    return pickler.dump(obj, plan, spans, buffers)
+    return pickler.dump(obj, plan, spans, buffers, plain)
 
 
 def dumps(obj: Any, base: type, plain: Callable[..., bytes],
@@ -267,21 +437,34 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
         main, owners = pickler.dump(obj, _NO_PLAN, _NO_SPANS, buffers)
     if not owners:
         return main
-    clusters = _overlaps(owners)
+    clusters = _overlaps(np, owners)
     if not clusters:
         return main
     # Again, with each cluster's arrays as views of one span of its bytes.
     plan: dict[int, tuple[Any, int]] = {}
     spans: dict[int, int] = {}
+    copies: set[int] = set()  # strided arrays saved as numpy does (not in their extent)
     keep = []
     for cluster in clusters:
         low, high = cluster[0][0], max(t[1] for t in cluster)
         members = [t[2] for t in cluster]
+        if high - low > max(SPARSE * sum(a.nbytes for a in members), SPARSE_MIN):
+            # Samples of a larger buffer: each saved on its own, as it was in this pass;
+            # a strided one in a buffer of its extent unless that is much larger too.
+            _warn_copies()
+            for t in cluster:
+                flags = t[2].flags
+                if not (flags.c_contiguous or flags.f_contiguous) and t[1] - t[0] > max(
+                        SPARSE * t[2].nbytes, SPARSE_MIN):
+                    copies.add(id(t[2]))
+            continue
         span = np.asarray(_Span(low, high, members))
         keep.append(span)  # (alive, so that its id stays its own, until pickled)
         spans[id(span)] = low % ALIGN
         for arr in members:
             plan[id(arr)] = (span, _data(arr) - low)
+    if not plan and not copies:
+        return main  # (only samples of larger buffers, laid out on their own as they were)
     buffers.clear()
-    main, _ = _pass(obj, base, np, plan, spans, buffers)
+    main, _ = _pass(obj, base, np, plan, spans, buffers, copies)
     return main
