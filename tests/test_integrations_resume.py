@@ -340,3 +340,40 @@ def test_pymoo_copy_algorithm_false_leaves_the_callers_algorithm(memory_url: str
                         store=memory_url)
         assert res.algorithm is algorithm and algorithm.n_gen == own.algorithm.n_gen
         assert np.array_equal(res.F, own.F) and np.array_equal(res.X, own.X)
+
+
+class _StopAt(Exception):
+    pass
+
+
+_STOP_AT = {"gen": 3}
+
+
+def _stop_at(algorithm: Any) -> None:
+    if algorithm.n_gen == _STOP_AT["gen"]:
+        raise _StopAt(algorithm.n_gen)
+
+
+def test_pymoo_time_termination_does_not_count_the_time_the_process_was_down(
+        memory_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """("time", s) counted from the first attempt's start: a run resumed after its pod
+    was down longer than s stopped at once (review 33). It counts the time it has had."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize as rminimize
+
+    problem = get_problem("zdt1", n_var=5)
+
+    def call() -> Any:
+        return rminimize(problem, NSGA2(pop_size=12), ("time", 600), seed=2,
+                         callback=_stop_at, store=memory_url)
+
+    _STOP_AT["gen"] = 3
+    with pytest.raises(_StopAt):
+        call()  # the first pod, stopped at generation 3
+    down = time.time() + 3600.0  # an hour later
+    monkeypatch.setattr(time, "time", lambda: down + time.perf_counter())
+    _STOP_AT["gen"] = 6
+    with pytest.raises(_StopAt):  # the resumed run goes on (it stopped at 4 before)
+        call()

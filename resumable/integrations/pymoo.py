@@ -25,6 +25,7 @@ termination and the setup arguments (seed included), described by value.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -88,8 +89,14 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
         else:
             algo = state["algorithm"]
             _reattach(algo, problem, callback)
+            if "elapsed" in state and isinstance(getattr(algo, "start_time", None), float):
+                # The time the run has had, not the time since it first started: pymoo's
+                # ("time", s) termination would count the time the process was down.
+                algo.start_time = time.time() - state["elapsed"]
         while algo.has_next():
             algo.next()
+            if isinstance(getattr(algo, "start_time", None), float):
+                state["elapsed"] = time.time() - algo.start_time
             yield state
         res = algo.result()
         res.algorithm = algo
