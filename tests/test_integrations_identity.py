@@ -703,3 +703,40 @@ def test_an_object_holding_a_global_rng_has_one_digest() -> None:
     before = digest({"h": holder})
     np.random.random()
     assert digest({"h": holder}) == before
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_pygad_callbacks_can_be_ignored_and_the_new_one_is_called(tmp_path: Path) -> None:
+    """A changed on_generation (a print added) was a new run, and ignore=("on_generation",)
+    was refused with "a new value would not be used", which is false: callbacks are the
+    live instance's, also in a resumed run (review 33)."""
+    import numpy as np
+    import pygad
+
+    from resumable.integrations.pygad import run
+
+    def fitness(ga: Any, solution: Any, index: int) -> float:
+        return -float(np.sum(solution ** 2))
+
+    def first(ga: Any) -> None:
+        if ga.generations_completed == 2:
+            raise _Interrupt  # the first pod ends here
+
+    seen: list[int] = []
+
+    def second(ga: Any) -> None:
+        seen.append(ga.generations_completed)
+
+    def ga(callback: Any) -> Any:
+        return pygad.GA(num_generations=5, num_parents_mating=2, sol_per_pop=4,
+                        num_genes=3, fitness_func=fitness, random_seed=3,
+                        on_generation=callback, suppress_warnings=True)
+
+    with pytest.raises(_Interrupt):
+        run(ga(first), store=str(tmp_path), ignore=("on_generation",))
+    done = run(ga(second), store=str(tmp_path), ignore=("on_generation",))
+    assert done.generations_completed == 5
+    assert seen and seen[-1] == 5 and 1 not in seen, seen  # resumed, with the new one

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy
 
-from ._common import Pristine, check_options, progress_option, run_checkpointed
+from ._common import Pristine, _ignored, check_options, progress_option, run_checkpointed
 
 __all__ = ["run"]
 
@@ -108,14 +108,26 @@ def run(ga_instance: Any, **options: Any) -> Any:
     def identity() -> dict[str, Any]:
         # Each attribute is a part of its own, so that RunMismatchError names the one
         # that differs (mutation_probability), as the GA's constructor took it.
-        return {"class": type(ga), **vars(ga)}
+        dropped = set(_ignored(options)) & vars(ga).keys()
+        if not dropped:
+            return {"class": type(ga), **vars(ga)}
+        # The GA's own bound methods (crossover, mutation...) carry the instance, and
+        # with it the parts left out (a callback): bound to a copy without them instead.
+        shadow = object.__new__(type(ga))
+        vars(shadow).update({
+            k: types.MethodType(v.__func__, shadow)
+            if isinstance(v, types.MethodType) and v.__self__ is ga else v
+            for k, v in vars(ga).items() if k not in dropped})
+        rebound = {k: vars(shadow).get(k, v) for k, v in vars(ga).items()}
+        return {"class": type(ga), **rebound}  # (the parts left out are left out later)
 
     final = run_checkpointed(
         "resumable.integrations.pygad.run", identity, body, options,
-        ignorable=lambda part: (
-            "a resumed PyGAD run takes every attribute of the GA instance from its "
-            "checkpoint, so a new value would not be used; to run more generations, "
-            "name a new run (run_id=)"))
+        ignorable=lambda part: None if _live(vars(ga).get(part)) else (
+            # (callbacks, the logger: the live instance's, also in a resumed run)
+            "a resumed PyGAD run takes every attribute of the GA instance but its "
+            "functions and logger from its checkpoint, so a new value would not be used; "
+            "to run more generations, name a new run (run_id=)"))
     vars(ga).update(final)
     return ga
 
