@@ -740,3 +740,29 @@ def test_pygad_callbacks_can_be_ignored_and_the_new_one_is_called(tmp_path: Path
     done = run(ga(second), store=str(tmp_path), ignore=("on_generation",))
     assert done.generations_completed == 5
     assert seen and seen[-1] == 5 and 1 not in seen, seen  # resumed, with the new one
+
+
+def _relu_and_tanh() -> list[Any]:
+    """Two functions, new objects (at new addresses) on each call, with the same code."""
+    ns: dict[str, Any] = {}
+    exec("def relu(x):\n    return max(x, 0.0)\n\ndef tanh(x):\n    return x\n", ns)
+    return [ns["relu"], ns["tanh"]]
+
+
+def test_a_nevergrad_choice_of_functions_is_the_same_call_in_every_process() -> None:
+    """nevergrad names a Choice of functions with their addresses (``<function relu at
+    0x7f...>``); that name was part of the run id, so such a run never resumed, and under
+    a fixed run_id every restart failed with RunMismatchError (review 33)."""
+    import nevergrad as ng
+
+    from resumable.integrations._ask_tell import _ng_identity
+    from resumable.integrations._identity import digest
+
+    def optimizer() -> Any:
+        space = ng.p.Instrumentation(ng.p.Choice(_relu_and_tanh()), ng.p.Scalar(0.5))
+        space.random_state.seed(1)
+        return ng.optimizers.OnePlusOne(parametrization=space, budget=20)
+
+    first, second = optimizer(), optimizer()
+    assert first.parametrization.name != second.parametrization.name  # (the addresses)
+    assert digest({"o": _ng_identity(first)}) == digest({"o": _ng_identity(second)})

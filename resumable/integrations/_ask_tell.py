@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -89,12 +90,17 @@ def _cma_identity(es: Any) -> Any:
     return {k: v for k, v in vars(es).items() if k not in _CMA_VOLATILE}
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
 def _ng_identity(opt: Any) -> Any:
     """A nevergrad optimizer by value: its parameters carry random uids, so not vars()."""
     p = opt.parametrization
     return {"name": getattr(opt, "name", None), "budget": opt.budget,
             "num_workers": opt.num_workers, "asked": opt.num_ask, "told": opt.num_tell,
-            "parametrization": p.name, "dimension": p.dimension, "value": p.value,
+            # (nevergrad names a Choice of functions with their addresses: not those)
+            "parametrization": _ADDRESS.sub(">", p.name), "dimension": p.dimension,
+            "value": p.value,
             # None until someone draws or seeds; then its state (the seed).
             "random_state": vars(p).get("_random_state"),
             "constraints": vars(p).get("_constraint_checkers")}
