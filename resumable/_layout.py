@@ -17,12 +17,12 @@ other objects pay nothing; subclasses keep numpy's own reduction):
   memory computes other bits;
 - arrays that share memory (found after the pass: arrays are grouped by the object that
   owns their memory, following numpy's ``DummyArray`` of ``as_strided`` and
-  ``sliding_window_view``; in groups of two or more, arrays whose bounds overlap are
-  asked ``np.shares_memory``) are pickled again, each as a view of one shared span of
-  bytes, pickled once. Unless the span is much larger than the arrays (more than 4 times
-  their bytes, and more than 1 MiB: ``big[:10]`` and ``big[::100000]`` of a ``big`` not
-  in the state): those are saved as separate copies, as numpy pickles them (a warning,
-  once per process, says that writes through one no longer show in the other);
+  ``sliding_window_view``; in groups of two or more, arrays whose bounds overlap) are
+  pickled again, each as a view of one shared span of bytes, pickled once. Unless the
+  span is much larger than the arrays (more than 4 times their bytes, and more than
+  1 MiB: ``big[:10]`` and ``big[::100000]`` of a ``big`` not in the state): those are
+  saved each on its own, as if alone (a strided one with its strides; a warning, once
+  per process, says that writes through one no longer show in the other);
 - a read-only array comes back read-only, as numpy's own pickling does.
 
 Object arrays keep numpy's reduction (their elements are pickled objects, not memory),
@@ -49,7 +49,6 @@ log = logging.getLogger("resumable")
 
 SPARSE = 4  # arrays sharing a span over 4 times their bytes (and over SPARSE_MIN): copies
 SPARSE_MIN = 1 << 20
-MAX_WORK = 1000  # np.shares_memory's effort per pair (past it: taken as sharing)
 _warned = False  # (the warning about sparse shared arrays: once per process)
 
 
@@ -262,9 +261,10 @@ def _bounds(arr: Any) -> tuple[int, int]:
     return low, high + arr.itemsize
 
 
-def _overlaps(np: Any, owners: dict[int, list[Any]]) -> list[list[tuple[int, int, Any]]]:
-    """Clusters of two or more arrays that share memory (each one shares with another of
-    its cluster): (low, high, array) each, by their first byte."""
+def _overlaps(owners: dict[int, list[Any]]) -> list[list[tuple[int, int, Any]]]:
+    """Clusters of two or more arrays whose bounds overlap: (low, high, array) each, by
+    their first byte. (Not asked np.shares_memory pair by pair: the columns of a matrix,
+    each overlapping every other in bounds, made that quadratic, review 34.)"""
     clusters: list[list[tuple[int, int, Any]]] = []
     for arrays in owners.values():
         if len(arrays) < 2:
@@ -277,49 +277,11 @@ def _overlaps(np: Any, owners: dict[int, list[Any]]) -> list[list[tuple[int, int
                 high = max(high, item[1])
                 continue
             if len(current) > 1:
-                clusters.extend(_sharing(np, current))
+                clusters.append(current)
             current, high = [item], item[1]
         if len(current) > 1:
-            clusters.extend(_sharing(np, current))
+            clusters.append(current)
     return clusters
-
-
-def _sharing(np: Any, run: list[tuple[int, int, Any]]) -> list[list[tuple[int, int, Any]]]:
-    """The clusters of arrays that share bytes among arrays whose bounds overlap (two
-    samples of one buffer may interleave without a byte in common)."""
-    low, high = run[0][0], max(t[1] for t in run)
-    for item in run:  # (usually: an array, and views of it)
-        if item[0] == low and item[1] == high and item[2].flags.forc:
-            return [run]  # (every byte of the run is its: all share with it)
-    if len(run) == 2:
-        return [run] if _shares(np, run[0][2], run[1][2]) else []
-    root = list(range(len(run)))
-
-    def find(i: int) -> int:
-        while root[i] != i:
-            root[i] = i = root[root[i]]
-        return i
-
-    for i, (_, high, a) in enumerate(run):
-        for j in range(i + 1, len(run)):
-            if run[j][0] >= high:
-                break  # (sorted by their first byte: none after shares a byte with a)
-            ri, rj = find(i), find(j)
-            if ri == rj:
-                continue
-            if _shares(np, a, run[j][2]):
-                root[rj] = ri
-    groups: dict[int, list[tuple[int, int, Any]]] = {}
-    for i, item in enumerate(run):
-        groups.setdefault(find(i), []).append(item)
-    return [g for g in groups.values() if len(g) > 1]
-
-
-def _shares(np: Any, a: Any, b: Any) -> bool:
-    try:
-        return bool(np.shares_memory(a, b, max_work=MAX_WORK))
-    except RuntimeError:  # (numpy's TooHardError: taken as sharing)
-        return True
 
 
 def _warn_copies() -> None:
@@ -437,34 +399,30 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
         main, owners = pickler.dump(obj, _NO_PLAN, _NO_SPANS, buffers)
     if not owners:
         return main
-    clusters = _overlaps(np, owners)
+    clusters = _overlaps(owners)
     if not clusters:
         return main
     # Again, with each cluster's arrays as views of one span of its bytes.
     plan: dict[int, tuple[Any, int]] = {}
     spans: dict[int, int] = {}
-    copies: set[int] = set()  # strided arrays saved as numpy does (not in their extent)
     keep = []
     for cluster in clusters:
         low, high = cluster[0][0], max(t[1] for t in cluster)
         members = [t[2] for t in cluster]
         if high - low > max(SPARSE * sum(a.nbytes for a in members), SPARSE_MIN):
-            # Samples of a larger buffer: each saved on its own, as it was in this pass;
-            # a strided one in a buffer of its extent unless that is much larger too.
+            # Samples of a larger buffer the state does not hold (big[:10], big[::1000]):
+            # each saved on its own, as in the first pass (a strided one keeps its
+            # strides, in a buffer of its extent, as when it is alone: the bits of its
+            # reductions depend on them), not the span between them.
             _warn_copies()
-            for t in cluster:
-                flags = t[2].flags
-                if not (flags.c_contiguous or flags.f_contiguous) and t[1] - t[0] > max(
-                        SPARSE * t[2].nbytes, SPARSE_MIN):
-                    copies.add(id(t[2]))
             continue
         span = np.asarray(_Span(low, high, members))
         keep.append(span)  # (alive, so that its id stays its own, until pickled)
         spans[id(span)] = low % ALIGN
         for arr in members:
             plan[id(arr)] = (span, _data(arr) - low)
-    if not plan and not copies:
+    if not plan:
         return main  # (only samples of larger buffers, laid out on their own as they were)
     buffers.clear()
-    main, _ = _pass(obj, base, np, plan, spans, buffers, copies)
+    main, _ = _pass(obj, base, np, plan, spans, buffers)
     return main
