@@ -817,15 +817,15 @@ class _Execution:
             # attempt. Its uploader, made there, was abandoned at the fork.
             run.adopt_process()
             self.uploader = self._new_uploader()
+        found, value = self.stored_result()
+        if found:
+            return value
         if _signals.refuses_new_runs():
             # Started after the SIGTERM (a thread pool's queued task): a generation of
             # its body would hold up the exit (each of the queue's, in turn); not
             # starting loses nothing, its checkpoints stay for the next attempt.
             log.info("run %s not started: a SIGTERM came before it", run.where())
             raise _signals.terminated()
-        found, value = self.stored_result()
-        if found:
-            return value
         state, step, resumed = self._start()
         if resumed is not None:
             age = (datetime.now(UTC) - resumed.created).total_seconds()

@@ -282,11 +282,14 @@ def enter(run: Active) -> None:
     """A run starts: it is served by the handler (installed now if this is the main thread)."""
     global _warned
     with _lock:
+        nested = _in_a_body()
         _runs.append(run)
-        if _term_at is not None and os.getpid() == _owner and run not in _flagged:
-            # Started after the SIGTERM (a thread pool's next task): told to stop at once,
-            # so it saves its first yield and ends, instead of running on until the exit
-            # guard cuts it off unsaved.
+        if (_term_at is not None and os.getpid() == _owner and run not in _flagged
+                and not nested):
+            # Started after the SIGTERM (one that raced refuses_new_runs): told to stop
+            # at once, so it saves its first yield and ends, instead of running on until
+            # the exit guard cuts it off unsaved. (A sub-run of a body is part of that
+            # body's generation, which finishes.)
             _flagged.append(run)
             run.on_sigterm()
         try:
@@ -332,8 +335,18 @@ def terminating() -> bool:
 
 def refuses_new_runs() -> bool:
     """A SIGTERM is being served in this process: a run that has not started yet (a
-    thread pool's queued task) does not start its body."""
-    return _term_at is not None and os.getpid() == _owner
+    thread pool's queued task) does not start its body. Except a sub-run called from a
+    body that runs in this thread: that body finishes its generation, as promised."""
+    if _term_at is None or os.getpid() != _owner:
+        return False
+    with _lock:
+        return not _in_a_body()
+
+
+def _in_a_body() -> bool:
+    """This thread runs a run's body (with _lock held)."""
+    here = threading.current_thread()
+    return any(run.thread is here and not run.suspended for run in _runs)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
