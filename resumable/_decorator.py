@@ -7,6 +7,7 @@ import functools
 import inspect
 import logging
 import os
+import pickle
 import random
 import sys
 import tempfile
@@ -85,15 +86,22 @@ class CheckpointedFunction(Generic[P, R]):
         # leads back to it. Pickling its __dict__ instead found this wrapper where the
         # function it wraps should be ("not the same object").
         name = self._func.__qualname__
-        if _runid_resolve(self.__module__, name) is not self:
-            # Under another name (g = checkpointed(...)(f)), or made in a function: the
-            # function it wraps by name (f), or by value where cloudpickle pickles.
-            return CheckpointedFunction, (self._func, self._opts)
-        if self.__module__ not in ("__main__", "__mp_main__"):
+        resolves = _runid_resolve(self.__module__, name) is self
+        if resolves and (self.__module__ not in ("__main__", "__mp_main__")
+                         or not _cloudpickling()):
+            # (a script's too, but for cloudpickle: multiprocessing's workers run the
+            # script, and a checkpoint is loaded by the script)
             return name
-        # A script's: by name where the worker runs the script too (multiprocessing's
-        # pools), and by value where it does not (cloudpickle's: joblib, Dask).
-        return _script_function, (name, _by_value(self._func, self._opts))
+        # Under another name (g = checkpointed(...)(f)), made in a function, or a
+        # script's going where the script does not run (cloudpickle: joblib, Dask): the
+        # function it wraps by name (f), or by value where cloudpickle pickles.
+        if self._opts.signing_key is not None:
+            raise pickle.PicklingError(
+                f"cannot pickle @checkpointed function {self.__module__}.{name} by value: "
+                "it would carry its signing_key= in clear; give the key through "
+                "$RESUMABLE_SIGNING_KEY instead, or define the function in a module the "
+                "worker imports (it is then pickled by name)")
+        return CheckpointedFunction, (self._func, self._opts)
 
     def _identity_parts(self) -> tuple[Callable[..., Any], Any]:
         """What identifies it as another run's argument: the function it wraps."""
@@ -236,27 +244,18 @@ class RunIterator(Iterator[Any]):
         return self._result
 
 
-def _by_value(*parts: Any) -> bytes | None:
-    try:
-        import cloudpickle
-
-        return cloudpickle.dumps(parts)  # type: ignore[no-any-return]
-    except Exception:  # (not installed, or a part it cannot pickle: by name alone)
-        return None
-
-
-def _script_function(name: str, by_value: bytes | None) -> CheckpointedFunction[Any, Any]:
-    """A script's @checkpointed function, unpickled: the worker's own, where it runs the
-    script too; else rebuilt from its value."""
-    found = _runid_resolve("__main__", name)
-    if isinstance(found, CheckpointedFunction) or by_value is None:
-        if found is None:
-            raise AttributeError(f"Can't get attribute {name!r} on <module '__main__'>")
-        return found  # type: ignore[no-any-return]
-    import cloudpickle
-
-    func, options = cloudpickle.loads(by_value)
-    return CheckpointedFunction(func, options)
+def _cloudpickling() -> bool:
+    """Called from ``__reduce__``: the pickler is cloudpickle's (joblib's, Dask's), not
+    plain pickle nor one of resumable's own snapshots."""
+    frame = sys._getframe(2)  # (__reduce__, then the frame that called the C dump)
+    pickler = frame.f_locals.get("self")
+    if not isinstance(pickler, pickle.Pickler) or not any(
+            "cloudpickle" in klass.__module__ for klass in type(pickler).__mro__):
+        return False
+    outer = frame.f_back  # cloudpickle.dumps: who called it
+    while outer is not None and "cloudpickle" in outer.f_globals.get("__name__", ""):
+        outer = outer.f_back
+    return outer is None or not outer.f_globals.get("__name__", "").startswith("resumable.")
 
 
 class _BoundCheckpointed:
