@@ -1053,16 +1053,21 @@ print(done.stdout.decode().strip(), done.stderr.decode()[-300:])
 """
 
 
+def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    """``source`` run as a script, its store ``tmp_path / "s"`` as its argument."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, str(script), str(tmp_path / "s")],
+                          capture_output=True, text=True, cwd=root, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+
+
 def test_a_scripts_decorated_function_goes_to_a_cloudpickle_worker(tmp_path: Path) -> None:
     """A script's @checkpointed function pickled by name only: joblib's loky workers and
     others that do not run the script failed ("Can't get attribute 'job' on <module
-    '__main__'>", BrokenProcessPool; review 32). It now also carries its value."""
-    script = tmp_path / "script.py"
-    script.write_text(_SCRIPT_TO_A_FRESH_INTERPRETER)
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "s")],
-                          capture_output=True, text=True, cwd=root, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(root)))
+    '__main__'>", BrokenProcessPool; review 32). cloudpickle takes it by value."""
+    done = _run_script(tmp_path, _SCRIPT_TO_A_FRESH_INTERPRETER)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[:1] == ["30"], done.stdout
     assert any(p.name.startswith("__main__.job-") for p in (tmp_path / "s").iterdir())
@@ -1101,12 +1106,7 @@ def test_a_scripts_function_pickles_small_and_never_carries_its_signing_key(
     cloudpickle of it, options and globals included: the signing key in clear in every
     checkpoint, and every global the body reads (80 MB per pool task; review 34). By
     name again; by value only for cloudpickle, and never with an explicit key."""
-    script = tmp_path / "script.py"
-    script.write_text(_SIGNED_SCRIPT_FUNCTION_IN_A_STATE)
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "s")],
-                          capture_output=True, text=True, cwd=root, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(root)))
+    done = _run_script(tmp_path, _SIGNED_SCRIPT_FUNCTION_IN_A_STATE)
     assert done.returncode == 0, done.stderr
     first, refused = done.stdout.splitlines()
     result, size = first.split()
