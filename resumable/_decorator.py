@@ -247,7 +247,10 @@ class RunIterator(Iterator[Any]):
 def _cloudpickling() -> bool:
     """Called from ``__reduce__``: the pickler is cloudpickle's (joblib's, Dask's), not
     plain pickle nor one of resumable's own snapshots."""
-    frame = sys._getframe(2)  # (__reduce__, then the frame that called the C dump)
+    try:
+        frame = sys._getframe(2)  # (__reduce__, then the frame that called the C dump)
+    except ValueError:  # pickled from C with no Python caller (a thread's target)
+        return False
     pickler = frame.f_locals.get("self")
     if not isinstance(pickler, pickle.Pickler) or not any(
             "cloudpickle" in klass.__module__ for klass in type(pickler).__mro__):

@@ -343,6 +343,20 @@ def refuses_new_runs() -> bool:
         return not _in_a_body()
 
 
+def _outermost(runs: list[Active]) -> list[Active]:
+    """The runs a SIGTERM tells to stop: not a sub-run that a running body called (in
+    its thread, entered after it): that is part of the body's generation, which
+    finishes, and the body's next yield is saved."""
+    told, running = [], set()
+    for run in runs:  # (in the order they started)
+        if not run.suspended:
+            if run.thread in running:
+                continue
+            running.add(run.thread)
+        told.append(run)
+    return told
+
+
 def _in_a_body() -> bool:
     """This thread runs a run's body (with _lock held)."""
     here = threading.current_thread()
@@ -363,15 +377,16 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _interrupt_main:
         _interrupt_main = False
         raise terminated()  # sent by the watchdog: the main thread's run missed the deadline
+    told = _outermost(runs)
     if _term_at is not None:
-        for run in runs:  # a second SIGTERM, or a run started since: flags only; the
+        for run in told:  # a second SIGTERM, or a run started since: flags only; the
             if run not in _flagged:  # main thread was told to stop by the first one
                 _flagged.append(run)
                 run.on_sigterm()
         return
     _term_at = time.monotonic()
-    _flagged.extend(runs)
-    for run in runs:
+    _flagged.extend(told)
+    for run in told:
         run.on_sigterm()
     threading.Thread(target=_watchdog, name="resumable-sigterm", daemon=True).start()
     mains = [r for r in runs if r.thread is threading.main_thread()]

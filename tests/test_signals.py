@@ -1576,11 +1576,18 @@ import sys, time
 from resumable import checkpointed
 from resumable._signals import terminating
 
+def wait_for_sigterm():
+    print("ready", flush=True)
+    while not terminating():  # until the SIGTERM has been handled
+        time.sleep(0.01)
+
 @checkpointed(store={store!r})
 def inner(k, *, state=None):
     state = state or 0
     while state < 3:
         state += 1
+        if k == 102 and state == 2 and sys.argv[1] == "during":
+            wait_for_sigterm()
         yield state
     return k * 10
 
@@ -1588,10 +1595,8 @@ def inner(k, *, state=None):
 def outer(n, *, state=None):
     state = state or {{"gen": 0, "got": []}}
     while state["gen"] < n:
-        if state["gen"] == 2:
-            print("ready", flush=True)
-            while not terminating():  # until the SIGTERM has been handled
-                time.sleep(0.01)
+        if state["gen"] == 2 and sys.argv[1] == "between":
+            wait_for_sigterm()
         # a sub-run that completed before, and one that starts now: both are part of
         # this generation, which the SIGTERM lets finish
         state["got"] += [inner(1), inner(state["gen"] + 100)]
@@ -1606,18 +1611,20 @@ else:
 """
 
 
+@pytest.mark.parametrize("when", ["between", "during"])
 def test_sub_runs_called_by_a_body_after_sigterm_are_part_of_its_generation(
-        tmp_path: Path) -> None:
+        tmp_path: Path, when: str) -> None:
     """A body that calls other @checkpointed functions after the SIGTERM: a completed one
     raised Terminated instead of returning its stored result, so the body never reached
     the yield the SIGTERM promises to save (review 34); a new one stopped at its first
-    yield, with the same effect. Both run as part of the body's generation."""
+    yield, with the same effect; so did one under way when the SIGTERM came (review 35).
+    They run as part of the body's generation."""
     script = tmp_path / "script.py"
     script.write_text(_SUB_RUNS_AFTER_SIGTERM.format(store=str(tmp_path / "s")))
     env = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT="120")
     subprocess.run([sys.executable, str(script), "prepare"], check=True, cwd=ROOT, env=env,
                    timeout=120)
-    proc = subprocess.Popen([sys.executable, str(script), "run"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(script), when], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     assert proc.stdout is not None
     try:
