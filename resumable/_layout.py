@@ -18,11 +18,11 @@ other objects pay nothing; subclasses keep numpy's own reduction):
 - arrays that share memory (found after the pass: arrays are grouped by the object that
   owns their memory, following numpy's ``DummyArray`` of ``as_strided`` and
   ``sliding_window_view``; in groups of two or more, arrays whose bounds overlap) are
-  pickled again, each as a view of one shared span of bytes, pickled once. Unless the
-  span is much larger than the arrays (more than 4 times their bytes, and more than
-  1 MiB: ``big[:10]`` and ``big[::100000]`` of a ``big`` not in the state): those are
-  saved each on its own, as if alone (a strided one with its strides; a warning, once
-  per process, says that writes through one no longer show in the other);
+  pickled again, each as a view of one shared span of bytes, pickled once. Where the
+  arrays hold under half of the span's bytes (``big[:10]`` and ``big[::100000]`` of a
+  ``big`` not in the state), the span is saved blank and each array as its elements,
+  written into its view on load: sharing, strides and alignment as saved, and the
+  checkpoint the size of the elements;
 - a read-only array comes back read-only, as numpy's own pickling does.
 
 Object arrays keep numpy's reduction (their elements are pickled objects, not memory),
@@ -34,7 +34,6 @@ tracks that itself, so they must come back independent copies, as pickle makes t
 from __future__ import annotations
 
 import copyreg
-import logging
 import pickle
 import sys
 import threading
@@ -45,11 +44,9 @@ from typing import Any
 from . import _numpy
 from ._aligned import ALIGN, aligned_buffer
 
-log = logging.getLogger("resumable")
-
-SPARSE = 4  # arrays sharing a span over 4 times their bytes (and over SPARSE_MIN): copies
-SPARSE_MIN = 1 << 20
-_warned = False  # (the warning about sparse shared arrays: once per process)
+# A span whose arrays hold under half its bytes (samples of a buffer the state does not
+# hold) is saved as their elements, not its bytes: marked in ``spans`` by this flag.
+SPARSE_SPAN = 1 << 8
 
 
 def _placed(np: Any, n: int, pad: int) -> Any:
@@ -81,6 +78,25 @@ def rebuild_span(data: Any, pad: int) -> Any:
     assert np is not None
     out = _placed(np, data.nbytes, pad)
     out[...] = data
+    return out
+
+
+def rebuild_blank_span(nbytes: int, pad: int) -> Any:
+    """The memory some arrays shared, without the bytes between them (they sampled a
+    larger buffer): each is written into its view (``rebuild_filled_view``)."""
+    np = _numpy.loaded()
+    assert np is not None
+    return _placed(np, nbytes, pad)
+
+
+def rebuild_filled_view(span: Any, offset: int, shape: tuple[int, ...],
+                        strides: tuple[int, ...], dtype: Any, data: Any,
+                        writeable: bool = True) -> Any:
+    """One of the arrays that shared a sparse span: a view of it, its elements written."""
+    out = rebuild_view(span, offset, shape, strides, dtype)
+    out[...] = data
+    if not writeable:
+        out.flags.writeable = False
     return out
 
 
@@ -198,14 +214,22 @@ class _Arrays:
         if self.inside or arr.dtype.hasobject or id(arr) in self.plain:
             return arr.__reduce_ex__(5)
         if self.spans and id(arr) in self.spans:
+            pad = self.spans[id(arr)]
+            if pad >= SPARSE_SPAN:  # (its arrays' elements are saved with them)
+                return (rebuild_blank_span, (arr.nbytes, pad - SPARSE_SPAN))
             data = arr.view()
             self._plain(data)
-            return (rebuild_span, (data, self.spans[id(arr)]))
+            return (rebuild_span, (data, pad))
         if self.plan:
             planned = self.plan.get(id(arr))
             if planned is not None:
                 span, offset = planned
                 view = (span, offset, arr.shape, arr.strides, arr.dtype)
+                if self.spans[id(span)] >= SPARSE_SPAN:
+                    data = arr.view() if arr.flags.c_contiguous else \
+                        self.np.ascontiguousarray(arr)
+                    self._plain(data)
+                    return (rebuild_filled_view, (*view, data, bool(arr.flags.writeable)))
                 return (rebuild_view, view if arr.flags.writeable else (*view, False))
         if not arr.size:
             return arr.__reduce_ex__(5)
@@ -282,16 +306,6 @@ def _overlaps(owners: dict[int, list[Any]]) -> list[list[tuple[int, int, Any]]]:
         if len(current) > 1:
             clusters.append(current)
     return clusters
-
-
-def _warn_copies() -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        log.warning("numpy arrays that share memory were saved as copies, because they "
-                    "sample a much larger buffer (more than %d times their bytes): "
-                    "writes through one will not show in the other after a resume",
-                    SPARSE)
 
 
 class _Pickler:
@@ -409,20 +423,15 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
     for cluster in clusters:
         low, high = cluster[0][0], max(t[1] for t in cluster)
         members = [t[2] for t in cluster]
-        if high - low > max(SPARSE * sum(a.nbytes for a in members), SPARSE_MIN):
-            # Samples of a larger buffer the state does not hold (big[:10], big[::1000]):
-            # each saved on its own, as in the first pass (a strided one keeps its
-            # strides, in a buffer of its extent, as when it is alone: the bits of its
-            # reductions depend on them), not the span between them.
-            _warn_copies()
-            continue
         span = np.asarray(_Span(low, high, members))
         keep.append(span)  # (alive, so that its id stays its own, until pickled)
-        spans[id(span)] = low % ALIGN
+        # Samples of a larger buffer the state does not hold (big[:10], big[::1000]):
+        # their elements, not the bytes between them (a blank span of the same size on
+        # load, each written into its view: sharing, strides and alignment as saved).
+        sparse = 2 * sum(a.nbytes for a in members) < high - low
+        spans[id(span)] = low % ALIGN + (SPARSE_SPAN if sparse else 0)
         for arr in members:
             plan[id(arr)] = (span, _data(arr) - low)
-    if not plan:
-        return main  # (only samples of larger buffers, laid out on their own as they were)
     buffers.clear()
     main, _ = _pass(obj, base, np, plan, spans, buffers)
     return main

@@ -7,7 +7,6 @@ on the layout before the fix.
 from __future__ import annotations
 
 import gc
-import logging
 import pickle
 from typing import Any
 
@@ -83,32 +82,37 @@ def test_a_read_only_array_from_pandas_stays_read_only() -> None:
 # -- 2. views of a much larger buffer ---------------------------------------------------
 
 
-@pytest.fixture
-def warned_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_layout, "_warned", False, raising=False)
-
-
-def test_samples_of_a_large_buffer_not_in_the_state_are_saved_as_copies(
-        warned_once: None, caplog: pytest.LogCaptureFixture) -> None:
+def test_samples_of_a_large_buffer_not_in_the_state_are_saved_as_their_elements() -> None:
     """``{"head": big[:10], "sample": big[::100000]}`` with ``big`` (160 MB) not in the
     state made a 159 MB checkpoint (numpy's pickle: 1.9 KB): the two arrays share memory,
-    and were saved as views of all the bytes between them (t_size.py head_and_sample)."""
+    and were saved as views of all the bytes between them (t_size.py head_and_sample).
+    Saved as copies instead, they lost their sharing, and samples that kept their strides
+    each loaded into a buffer of the whole extent (review 35). Now their elements are
+    saved, and written into one blank span on load: sharing and strides as saved."""
     big = np.random.default_rng(0).random(2_000_000)  # 16 MB
-    state = {"head": big[:10], "sample": big[::100_000]}
+    state = {"head": big[:10], "sample": big[::100_000], "more": big[7::100_000]}
     plain = len(pickle.dumps(state, protocol=5))
-    with caplog.at_level(logging.WARNING, logger="resumable"):
-        assert _size(state) < 4 * plain
-        got = _round_trip(state)
-        _round_trip({"head": big[:10], "sample": big[::100_000]})
+    assert _size(state) < 4 * plain
+    got = _round_trip(state)
     for name in state:
         assert np.array_equal(got[name], state[name])
-        assert got[name].strides == state[name].strides  # (as if alone: the same bits)
-    assert not np.shares_memory(got["head"], got["sample"])
-    warnings = [r for r in caplog.records if "much larger buffer" in r.getMessage()]
-    assert len(warnings) == 1  # (one per process)
-    # a strided one whose own extent is small keeps its strides (in a buffer that small)
-    got = _round_trip({"head": big[:10], "near": big[1_000_000:1_000_200:2]})
-    assert got["near"].strides == (16,) and got["near"].base.nbytes < 4096
+        assert got[name].strides == state[name].strides  # (the same bits)
+    assert np.shares_memory(got["head"], got["sample"])  # (big[0]: a write shows in both)
+    got["head"][0] = -1.0
+    assert got["sample"][0] == -1.0
+    spans = {id(a.base) for a in got.values()}
+    assert len(spans) == 1  # (one buffer of the extent, as the live state had one big)
+
+
+def test_a_sample_does_not_unshare_views_that_overlap_densely() -> None:
+    """A sample of a large buffer in the state made the whole cluster copies: ``x`` and
+    ``y``, overlapping halves, no longer shared memory after a resume (review 35)."""
+    big = np.arange(4_000_000, dtype=np.float64)
+    state = {"x": big[0:1000], "y": big[500:1500], "s": big[::100_000]}
+    assert _size(state) < 100_000
+    got = _round_trip(state)
+    got["x"][600] = -1.0
+    assert got["y"][100] == -1.0
 
 
 def test_arrays_that_share_no_byte_are_not_saved_with_the_bytes_between() -> None:
@@ -119,7 +123,7 @@ def test_arrays_that_share_no_byte_are_not_saved_with_the_bytes_between() -> Non
     assert not np.shares_memory(state["a"], state["b"])
     assert _size(state) < 4096
     got = _round_trip(state)
-    assert not np.shares_memory(got["a"], got["b"])
+    assert not np.shares_memory(got["a"], got["b"])  # (no byte in common, still)
     for name in state:
         assert np.array_equal(got[name], state[name])
         assert got[name].strides == state[name].strides
