@@ -1484,46 +1484,6 @@ def test_a_resumable_error_in_another_thread_does_not_end_the_program(
     assert "main/result" in open_store(str(tmp_path / "s")).list("main/")
 
 
-_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN = """
-import atexit, signal, threading, time
-from resumable import checkpointed
-
-atexit.register(lambda: print("atexit ran", flush=True))
-
-def waits_for_ever():
-    while threading.main_thread().is_alive():  # until Python's exit joins this thread
-        time.sleep(0.01)
-    # Ctrl-C, to the main thread itself: the kernel delivers a process's SIGINT to any
-    # thread, and taken by another one it does not wake the main thread's join (a
-    # limit of Python's, not the library's)
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-    threading.Event().wait()
-
-threading.Thread(target=waits_for_ever).start()
-
-@checkpointed(store={store!r}, run_id="bad")
-def bad(*, state=None):
-    yield {{"lock": threading.Lock()}}  # unpicklable: SerializationError, exit 70
-
-bad()
-"""
-
-
-def test_ctrl_c_during_the_error_exits_join_still_runs_atexit(tmp_path: Path) -> None:
-    """A Ctrl-C while the exit-code hook joined the other threads skipped every atexit
-    handler (logging's flush, the user's), as the hook went straight to os._exit
-    (review 32). The exit goes on: atexit runs, then the error's status."""
-    from resumable._errors import EXIT_SERIALIZATION
-
-    script = tmp_path / "script.py"
-    script.write_text(_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN.format(
-        store=str(tmp_path / "s")))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
-    assert done.returncode == EXIT_SERIALIZATION, done.stderr
-    assert "atexit ran" in done.stdout
-
-
 _ITER_DRIVEN_IN_A_CHILD = """
 import multiprocessing as mp
 from resumable import checkpointed
