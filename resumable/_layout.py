@@ -349,13 +349,12 @@ class _Pickler:
             self.pandas = True
 
     def dump(self, obj: Any, plan: dict[int, tuple[Any, int]], spans: dict[int, int],
-             buffers: list[pickle.PickleBuffer],
-             plain: set[int] | frozenset[int] = _NONE) -> tuple[bytes, dict[int, list[Any]]]:
+             buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
         """The pickle, and the owners of the arrays in it (see ``_Arrays``)."""
         if not self.pandas and _MANAGERS_MODULE in sys.modules:
             self._pandas()
         arrays = self.arrays
-        arrays.plan, arrays.spans, arrays.plain = plan, spans, plain
+        arrays.plan, arrays.spans = plan, spans
         self.sink[0] = buffers.append
         self.busy = True
         chunks = self.chunks
@@ -383,8 +382,8 @@ _np: Any = None  # numpy, once loaded (it stays)
 
 
 def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
-          spans: dict[int, int], buffers: list[pickle.PickleBuffer],
-          plain: set[int] | frozenset[int] = _NONE) -> tuple[bytes, dict[int, list[Any]]]:
+          spans: dict[int, int],
+          buffers: list[pickle.PickleBuffer]) -> tuple[bytes, dict[int, list[Any]]]:
     picklers = _local.picklers
     pickler = picklers.get(base)
     if pickler is None or pickler.busy or pickler.copyreg != copyreg.dispatch_table:
@@ -392,7 +391,7 @@ def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
         if pickler is None or not pickler.busy:
             picklers[base] = fresh
         pickler = fresh
-    return pickler.dump(obj, plan, spans, buffers, plain)
+    return pickler.dump(obj, plan, spans, buffers)
 
 
 def dumps(obj: Any, base: type, plain: Callable[..., bytes],
