@@ -25,6 +25,7 @@ from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
 from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot
+from ._runid import _mod as _runid_mod
 from ._runid import _resolve as _runid_resolve
 from ._runid import validate_run_id
 from ._uploader import Uploader
@@ -87,8 +88,7 @@ class CheckpointedFunction(Generic[P, R]):
         # function it wraps should be ("not the same object").
         name = self._func.__qualname__
         resolves = _runid_resolve(self.__module__, name) is self
-        if resolves and (self.__module__ not in ("__main__", "__mp_main__")
-                         or not _cloudpickling()):
+        if resolves and (_runid_mod(self.__module__) != "__main__" or not _cloudpickling()):
             # (a script's too, but for cloudpickle: multiprocessing's workers run the
             # script, and a checkpoint is loaded by the script)
             return name
