@@ -1484,6 +1484,57 @@ def test_a_resumable_error_in_another_thread_does_not_end_the_program(
     assert "main/result" in open_store(str(tmp_path / "s")).list("main/")
 
 
+_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN = """
+import atexit, linecache, signal, sys, threading, time
+from resumable import checkpointed
+
+atexit.register(lambda: print("atexit ran", flush=True))
+main = threading.main_thread()
+
+def in_the_join():
+    # The main thread waits in threading._shutdown's join of this thread (lock.acquire)
+    frame = sys._current_frames().get(main.ident)
+    return (frame is not None and frame.f_code is threading._shutdown.__code__
+            and linecache.getline(frame.f_code.co_filename,
+                                  frame.f_lineno).strip() == "lock.acquire()")
+
+def interrupts_the_join():
+    # Ctrl-C, to the main thread itself, for as long as it waits in the join: a signal
+    # that comes after the GIL is released but before the lock wait begins does not end
+    # that wait (Python's limit, not the library's), so it is sent again. Never outside
+    # the join, so it cannot land in an atexit handler. This thread never ends: only an
+    # exit that goes on past the join ends the process.
+    while True:
+        if in_the_join():
+            signal.pthread_kill(main.ident, signal.SIGINT)
+        time.sleep(0.01)
+
+threading.Thread(target=interrupts_the_join).start()
+
+@checkpointed(store={store!r}, run_id="bad")
+def bad(*, state=None):
+    yield {{"lock": threading.Lock()}}  # unpicklable: SerializationError, exit 70
+
+bad()
+"""
+
+
+def test_ctrl_c_during_the_error_exits_join_still_runs_atexit(tmp_path: Path) -> None:
+    """A Ctrl-C while the exit-code hook joined the other threads skipped every atexit
+    handler (logging's flush, the user's), as the hook went straight to os._exit
+    (review 32). The exit goes on: atexit runs, then the error's status."""
+    from resumable._errors import EXIT_SERIALIZATION
+
+    script = tmp_path / "script.py"
+    script.write_text(_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN.format(
+        store=str(tmp_path / "s")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert done.returncode == EXIT_SERIALIZATION, done.stderr
+    assert "atexit ran" in done.stdout
+    assert "KeyboardInterrupt" not in done.stderr  # taken by the join, not an atexit handler
+
+
 _ITER_DRIVEN_IN_A_CHILD = """
 import multiprocessing as mp
 from resumable import checkpointed
