@@ -476,6 +476,34 @@ def test_ignore_takes_only_parts_a_resumed_run_would_use(tmp_path: Path) -> None
     assert _runs(tmp_path) == set()  # refused before anything was written
 
 
+def test_an_unseeded_cma_es_is_told_it_cannot_resume(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """pycma without a "seed" option seeds itself from the clock: each process's es is
+    another run, so a restart starts over. That is said when such a run starts; a
+    seeded es, or one resumed, is not warned about."""
+    import cma
+
+    def sphere(x: Any) -> float:
+        return float(sum(v * v for v in x))
+
+    caplog.set_level("WARNING", logger="resumable")
+    first = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"verbose": -9})
+    ask_tell(first, sphere, 2, store=str(tmp_path / "unseeded"))
+    again = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"verbose": -9})
+    ask_tell(again, sphere, 2, store=str(tmp_path / "unseeded"))
+    told = [r.getMessage() for r in caplog.records if "no 'seed' option" in r.getMessage()]
+    assert len(told) == 2, told  # each process's es is a new run: the warning was right
+    assert f"seed={first.opts['seed']}" in told[0] and "{'seed': 1}" in told[0]
+    assert len(_runs(tmp_path / "unseeded")) == 2
+
+    caplog.clear()
+    for _ in range(2):  # the second call finds the first's run
+        es = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"seed": 4, "verbose": -9})
+        ask_tell(es, sphere, 2, store=str(tmp_path / "seeded"))
+    assert len(_runs(tmp_path / "seeded")) == 1
+    assert not [r for r in caplog.records if "seed" in r.getMessage()]
+
+
 def test_ask_tell_ignore_budget_extends_the_run(tmp_path: Path) -> None:
     """ask_tell(..., budget, ignore=["budget"]): a finished run of 3 rounds, called with
     6, goes on from its last round to the same optimizer as 6 rounds in one go."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -9,6 +10,8 @@ from typing import Any
 
 from .._errors import ConfigurationError, SerializationError
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
+
+log = logging.getLogger("resumable")
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,20 @@ def _pymoo_identity(algorithm: Any) -> Any:
 
 # Wall-clock and logging fields of pycma's es: not progress, and never equal twice.
 _CMA_VOLATILE = frozenset({"logger", "timer", "time_last_displayed"})
+
+
+def _cma_unseeded(es: Any) -> bool:
+    """pycma chose the seed from the clock: no "seed" option, or one it reads as "time"
+    (None, 0, "time..."), and numpy's randn drawing (else pycma uses no seed at all)."""
+    import numpy as np
+
+    inopts = getattr(es, "inopts", None)
+    seed = inopts.get("seed") if isinstance(inopts, dict) else None
+    if isinstance(seed, float) and seed != seed:  # nan: "do nothing", the caller seeds
+        return False
+    randn = getattr(es, "opts", {}).get("randn", np.random.randn)
+    return (not seed or str(seed).startswith("time")) and randn in (np.random.randn,
+                                                                     "np.random.randn")
 
 
 def _cma_identity(es: Any) -> Any:
@@ -174,6 +191,14 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, Any]:
         if state is None:
+            if adapter.name == "cma" and _cma_unseeded(optimizer):
+                log.warning(
+                    "ask_tell: this CMAEvolutionStrategy has no 'seed' option, so pycma seeded "
+                    "it from the clock (seed=%s): a restarted process makes another es, which "
+                    "is another run, and starts over instead of resuming this one (under a "
+                    "fixed run_id= it fails with RunMismatchError). Give it a fixed seed: "
+                    "cma.CMAEvolutionStrategy(x0, sigma0, {'seed': 1})",
+                    optimizer.opts.get("seed"))
             state = {"round": 0, "optimizer": pristine.fresh(optimizer)}
         opt = state["optimizer"]
         while (budget is None or state["round"] < budget) and not adapter.done(opt):
