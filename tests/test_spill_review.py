@@ -185,9 +185,9 @@ def test_fork_pool_workers_do_not_keep_the_spill_files_after_the_call(tmp_path: 
 
 _LAST_GOOD = """
 import resumable._spill as sp, resumable._uploader as up
-from resumable._run import Run
+from resumable._run import Run, Snapshot
 os.environ["RESUMABLE_UPLOAD_DUTY"] = "1"
-gate, began, reading, go_on, dropped = (threading.Event() for _ in range(5))
+gate, began, reading, go_on, dropped, either = (threading.Event() for _ in range(6))
 class Held(DelegatingStore):
     def put(self, key, data):
         if "/ckpt-" in key and not began.is_set():
@@ -200,11 +200,15 @@ def prof(frame, event, arg):
         reading.set(); go_on.wait(60)   # the upload is reading state 2 back
     if event == "return" and frame.f_code is up.Uploader.drop_waiting.__code__ and arg:
         dropped.set()
+        either.set()
+    if event == "return" and frame.f_code is Snapshot.materialize.__code__ and reading.is_set():
+        either.set()            # state 2 is read back (its buffers taken): no drop came
 threading.setprofile(prof)
 class Unpicklable:
     def __reduce__(self):
-        go_on.set()             # the read-back goes on while this state serializes
-        dropped.wait(5)
+        if not go_on.is_set():  # (the first pickling; the error's search pickles again)
+            go_on.set()         # the read-back goes on while this state serializes
+            either.wait(60)     # until it has taken its buffers: a drop, or none
         raise TypeError("cannot pickle this")
 store = Held(open_store(STORE))
 @checkpointed(store=store, run_id="r", every="generation", keep=None)
