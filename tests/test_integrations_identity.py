@@ -491,7 +491,7 @@ def test_an_unseeded_cma_es_is_told_it_cannot_resume(tmp_path: Path,
     ask_tell(first, sphere, 2, store=str(tmp_path / "unseeded"))
     again = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"verbose": -9})
     ask_tell(again, sphere, 2, store=str(tmp_path / "unseeded"))
-    told = [r.getMessage() for r in caplog.records if "no 'seed' option" in r.getMessage()]
+    told = [r.getMessage() for r in caplog.records if "no fixed 'seed'" in r.getMessage()]
     assert len(told) == 2, told  # each process's es is a new run: the warning was right
     assert f"seed={first.opts['seed']}" in told[0] and "{'seed': 1}" in told[0]
     assert len(_runs(tmp_path / "unseeded")) == 2
@@ -501,6 +501,23 @@ def test_an_unseeded_cma_es_is_told_it_cannot_resume(tmp_path: Path,
         es = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {"seed": 4, "verbose": -9})
         ask_tell(es, sphere, 2, store=str(tmp_path / "seeded"))
     assert len(_runs(tmp_path / "seeded")) == 1
+    assert not [r for r in caplog.records if "seed" in r.getMessage()]
+
+    # pycma corrects an option's spelling, and evaluates a string (review 36)
+    for options, warned in (({"Seed": 3}, False), ({"seed": "5"}, False),
+                            ({"seed": "0"}, True), ({"seed": "None"}, True),
+                            ({"seed": 0}, True), ({"seed": float("nan")}, False)):
+        caplog.clear()
+        es = cma.CMAEvolutionStrategy([1.0, 1.0], 0.5, {**options, "verbose": -9})
+        ask_tell(es, sphere, 1, store=str(tmp_path / "spellings"))
+        assert bool([r for r in caplog.records if "no fixed 'seed'" in r.getMessage()]) \
+            == warned, options
+    # pycma's other ask/tell optimizers have no options to look at: they run, untold
+    from cma.more_algorithms.purecma import CMAES
+
+    caplog.clear()
+    pure = ask_tell(CMAES([1.0, 1.0], 0.5), sphere, 2, store=str(tmp_path / "pure"))
+    assert pure.counteval > 0
     assert not [r for r in caplog.records if "seed" in r.getMessage()]
 
 

@@ -1492,11 +1492,12 @@ atexit.register(lambda: print("atexit ran", flush=True))
 main = threading.main_thread()
 
 def in_the_join():
-    # The main thread waits in threading._shutdown's join of this thread (lock.acquire)
+    # The main thread waits in threading._shutdown's join of this thread: lock.acquire()
+    # up to 3.12, the C function _thread_shutdown() from 3.13
     frame = sys._current_frames().get(main.ident)
     return (frame is not None and frame.f_code is threading._shutdown.__code__
-            and linecache.getline(frame.f_code.co_filename,
-                                  frame.f_lineno).strip() == "lock.acquire()")
+            and linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            in ("lock.acquire()", "_thread_shutdown()"))
 
 def interrupts_the_join():
     # Ctrl-C, to the main thread itself, for as long as it waits in the join: a signal
@@ -1529,10 +1530,11 @@ def test_ctrl_c_during_the_error_exits_join_still_runs_atexit(tmp_path: Path) ->
     script.write_text(_INTERRUPT_DURING_THE_ERROR_EXITS_JOIN.format(
         store=str(tmp_path / "s")))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
     assert done.returncode == EXIT_SERIALIZATION, done.stderr
     assert "atexit ran" in done.stdout
-    assert "KeyboardInterrupt" not in done.stderr  # taken by the join, not an atexit handler
+    if sys.version_info < (3, 13):  # (3.13's C join prints the interrupt it was ended by)
+        assert "KeyboardInterrupt" not in done.stderr  # taken by the join, not by atexit
 
 
 _ITER_DRIVEN_IN_A_CHILD = """

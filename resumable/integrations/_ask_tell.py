@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
+import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -88,17 +90,31 @@ _CMA_VOLATILE = frozenset({"logger", "timer", "time_last_displayed"})
 
 
 def _cma_unseeded(es: Any) -> bool:
-    """pycma chose the seed from the clock: no "seed" option, or one it reads as "time"
-    (None, 0, "time..."), and numpy's randn drawing (else pycma uses no seed at all)."""
-    import numpy as np
+    """pycma chose the seed from the clock: a ``CMAEvolutionStrategy`` whose "seed" option
+    (under any spelling pycma corrects, e.g. "Seed") is absent, or one pycma reads as the
+    clock (None, 0, "time...", or a string of these), with numpy's randn drawing (else
+    pycma seeds nothing). False when unsure (another pycma optimizer, an odd option): a
+    warning only where it is right."""
+    try:
+        import numpy as np
 
-    inopts = getattr(es, "inopts", None)
-    seed = inopts.get("seed") if isinstance(inopts, dict) else None
-    if isinstance(seed, float) and seed != seed:  # nan: "do nothing", the caller seeds
+        cma = sys.modules["cma"]
+        if not isinstance(es, cma.CMAEvolutionStrategy) or not isinstance(es.inopts, dict):
+            return False
+        seed = cma.CMAOptions(dict(es.inopts)).get("seed")
+        if isinstance(seed, str) and not seed.startswith("time"):
+            try:  # pycma evaluates a string option: "0" and "None" are the clock too
+                seed = ast.literal_eval(seed)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return False  # an expression pycma evaluates ("np.nan"...): not told
+        if isinstance(seed, str):
+            clock = seed.startswith("time")
+        else:
+            clock = seed is None or (isinstance(seed, int | float) and seed == 0)
+        randn = es.opts.get("randn", np.random.randn)
+        return clock and randn in (np.random.randn, "np.random.randn")
+    except Exception:  # (never a reason for the run to fail)
         return False
-    randn = getattr(es, "opts", {}).get("randn", np.random.randn)
-    return (not seed or str(seed).startswith("time")) and randn in (np.random.randn,
-                                                                     "np.random.randn")
 
 
 def _cma_identity(es: Any) -> Any:
@@ -193,12 +209,13 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
         if state is None:
             if adapter.name == "cma" and _cma_unseeded(optimizer):
                 log.warning(
-                    "ask_tell: this CMAEvolutionStrategy has no 'seed' option, so pycma seeded "
-                    "it from the clock (seed=%s): a restarted process makes another es, which "
-                    "is another run, and starts over instead of resuming this one (under a "
-                    "fixed run_id= it fails with RunMismatchError). Give it a fixed seed: "
+                    "ask_tell: this CMAEvolutionStrategy has no fixed 'seed' option, so "
+                    "pycma seeded it from the clock (seed=%s): a restarted process makes "
+                    "another es, which is another run, and starts over instead of resuming "
+                    "this one (under a fixed run_id= it fails with RunMismatchError). Give "
+                    "it a fixed seed: "
                     "cma.CMAEvolutionStrategy(x0, sigma0, {'seed': 1})",
-                    optimizer.opts.get("seed"))
+                    getattr(optimizer, "opts", {}).get("seed"))
             state = {"round": 0, "optimizer": pristine.fresh(optimizer)}
         opt = state["optimizer"]
         while (budget is None or state["round"] < budget) and not adapter.done(opt):
