@@ -67,6 +67,21 @@ def ckpt_name(epoch: int, step: int) -> str:
     return f"{CKPT}{epoch:08d}-{step:012d}"
 
 
+def object_kind(name: str) -> str:
+    """The record kind a name in a run's folder must hold ("ckpt", "epoch", "call",
+    "result", "rng", "identity"); "" for a name the library never writes (someone
+    else's file). A checkpoint name holding a result is damage too."""
+    if parse_ckpt_name(name) is not None:
+        return "ckpt"
+    # Attempt and call records are <prefix><8 digits>, as the library names them: a
+    # file named epoch-10.pt or call-graph.txt is someone else's, never read.
+    for prefix, kind in ((EPOCH, "epoch"), (CALL, "call")):
+        tail = name[len(prefix):]
+        if name.startswith(prefix) and len(tail) == 8 and tail.isdigit() and tail.isascii():
+            return kind
+    return {RESULT: "result", RNG_START: "rng", RNG_END: "rng", IDENTITY: "identity"}.get(name, "")
+
+
 def parse_ckpt_name(name: str) -> tuple[int, int] | None:
     if not name.startswith(CKPT):  # (most names of a listing are not checkpoints)
         return None
@@ -861,16 +876,25 @@ class Run:
                           (RNG_END,))
         self.check_not_deleted((RESULT, RNG_END))
 
+    def _own_keys(self) -> list[str]:
+        """The keys of the run's own objects: the names the library writes, directly in
+        the run's folder. Not another run's or an islands experiment's in a folder below
+        it (a store nested in it, an experiment of the same name), nor someone else's
+        file in it (review 37: reset deleted them)."""
+        prefix = self.run_id + "/"
+        return [k for k in self.store.list(prefix)
+                if "/" not in k[len(prefix):] and object_kind(k[len(prefix):])]
+
     def reset(self) -> int:
         """Delete every object of the run; returns how many."""
-        keys = self.store.list(self.run_id + "/")
+        keys = self._own_keys()
         # Attempt records first: a live attempt of the run notices at its next save.
         epochs = [k for k in keys if k.rsplit("/", 1)[1].startswith(EPOCH)]
         for k in epochs:
             self.store.delete(k)
         # An attempt whose last check passed before its record went may have written
         # since the listing (its last checkpoint, the result) and never looks again.
-        keys = sorted(set(keys) | set(self.store.list(self.run_id + "/")))
+        keys = sorted(set(keys) | set(self._own_keys()))
         for k in sorted((k for k in keys if k not in epochs),
                         key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
             self.store.delete(k)

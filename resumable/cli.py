@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
-from ._run import CALL, EPOCH, IDENTITY, RESULT, RNG_END, RNG_START, parse_ckpt_name
+from ._run import CALL, EPOCH, RESULT, object_kind, parse_ckpt_name
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
 from .stores._local import LocalStore
@@ -49,17 +49,7 @@ class CliError(Exception):
 # -- reading objects ----------------------------------------------------------------
 
 
-def _kind_of(name: str) -> str:
-    """The record kind a name must hold; a checkpoint name holding a result is damage too."""
-    if parse_ckpt_name(name) is not None:
-        return "ckpt"
-    # Attempt and call records are <prefix><8 digits>, as the library names them: a
-    # file named epoch-10.pt or call-graph.txt is someone else's, never read.
-    for prefix, kind in ((EPOCH, "epoch"), (CALL, "call")):
-        tail = name[len(prefix):]
-        if name.startswith(prefix) and len(tail) == 8 and tail.isdigit() and tail.isascii():
-            return kind
-    return {RESULT: "result", RNG_START: "rng", RNG_END: "rng", IDENTITY: "identity"}.get(name, "")
+_kind_of = object_kind  # (the record kind a name must hold)
 
 
 @dataclass

@@ -209,16 +209,23 @@ class LocalStore:
         """
         folder = self._path(prefix.rpartition("/")[0]) if "/" in prefix else self.root
         removed = 0
-        for dirpath, _dirnames, filenames in os.walk(folder):
-            for name in filenames:
-                if not name.startswith(TMP_PREFIX):
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        except OSError as err:
+            raise self._fail("listing temp files in", prefix, err) from err
+        # Only the folder's own: a folder below it is another run's (a store nested in
+        # it), whose write under way this would cut (review 37).
+        for name in names:
+            if not name.startswith(TMP_PREFIX):
+                continue
+            path = os.path.join(folder, name)
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                if older_than is not None and os.stat(path).st_mtime >= older_than:
                     continue
-                path = os.path.join(dirpath, name)
-                with contextlib.suppress(FileNotFoundError):
-                    if older_than is not None and os.stat(path).st_mtime >= older_than:
-                        continue
-                    os.unlink(path)
-                    removed += 1
+                os.unlink(path)
+                removed += 1
         with contextlib.suppress(OSError):  # the run's folder, once nothing is left in it
             if folder != self.root:
                 folder.rmdir()
