@@ -95,6 +95,10 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     run of 512 MiB checkpoints costs a few KiB each; ``verified`` is then None.
     """
     kind = _kind_of(name) or "?"
+    if kind == "?":
+        # Someone else's file (a model, notes, a FIFO): never read, not even its head (a
+        # 400 MB file was read whole to be skipped; a FIFO hung the command, review 37)
+        return ObjectInfo(name, kind, 0, problem="a name resumable never writes (not read)")
     found: tuple[bytes | bytearray | memoryview, int] | None
     if full:
         whole = store.get(f"{run_id}/{name}")

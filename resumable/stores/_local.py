@@ -9,6 +9,7 @@ import os
 import stat
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .._aligned import aligned_buffer
@@ -63,6 +64,8 @@ class LocalStore:
             errno.EROFS: "the file system is read-only; mount it writable",
             errno.ENOTDIR: "a part of that path is a file, not a folder: move it away",
             errno.EEXIST: "a part of that path is a file, not a folder: move it away",
+            errno.EISDIR: "a folder is where the object should be, not a file: move it away",
+            errno.ELOOP: "a symbolic link loop is at that name: remove it",
         }.get(err.errno or 0, "check that the folder exists and is writable")
         return StoreError(
             f"{action} {key!r} in {self.url} failed: {err.strerror or err}; {hint}",
@@ -120,7 +123,11 @@ class LocalStore:
                 os.link(tmp, path)  # atomic create-only: fails if the name exists
                 self._sync_dir(path)
                 return True
-            except FileExistsError:
+            except FileExistsError as err:
+                if path.is_dir():  # a folder of other keys, not an object: this one cannot
+                    # be created beside it here (on S3 it could), nor was it written
+                    raise self._fail("writing", key, IsADirectoryError(
+                        errno.EISDIR, os.strerror(errno.EISDIR), str(path))) from err
                 return False
             except FileNotFoundError as err:
                 if tmp.exists() or not path.parent.is_dir() or attempt + 1 == self._TEMP_RETRIES:
@@ -131,11 +138,30 @@ class LocalStore:
                 _discard(tmp)
         raise AssertionError("unreachable")
 
+    def _open(self, key: str) -> Any:
+        """The object's file, opened for reading; a FIFO, socket or device at its name is
+        damage (opening a FIFO would wait for a writer for ever). A folder there is a
+        "folder" of other keys (IsADirectoryError): no object, as on S3."""
+        fd = os.open(self._path(key), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):  # a "folder" of other keys: no object, as on S3
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), key)
+            if not stat.S_ISREG(mode):
+                raise StoreError(
+                    f"reading {key!r} in {self.url} failed: not a regular file is at that "
+                    "name, where the object should be; move it away", url=self.url, key=key)
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb", buffering=0)
+        except BaseException:
+            os.close(fd)
+            raise
+
     def get(self, key: str) -> memoryview | None:
         # Read once, straight into 64-byte aligned memory (see _aligned): the frames are
         # then aligned where they lie and are unpickled without another copy.
         try:
-            with open(self._path(key), "rb", buffering=0) as f:
+            with self._open(key) as f:
                 size = os.fstat(f.fileno()).st_size
                 buf = aligned_buffer(size)
                 got = 0
@@ -152,7 +178,7 @@ class LocalStore:
 
     def head(self, key: str, n: int) -> tuple[bytes, int] | None:
         try:
-            with open(self._path(key), "rb") as f:
+            with self._open(key) as f:
                 size = os.fstat(f.fileno()).st_size
                 return f.read(max(0, n)), size
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -185,7 +211,12 @@ class LocalStore:
             except FileNotFoundError:  # deleted since the walk (retention)
                 continue
             except OSError as err:
-                raise self._fail("listing", key, err) from err
+                if err.errno != errno.ELOOP:
+                    raise self._fail("listing", key, err) from err
+                # A symbolic link loop at one name: listed, so that reading it names it
+                # (and its run), instead of the whole store's listing failing
+                out.append(Listed(key, 0, 0.0))
+                continue
             out.append(Listed(key, st.st_size, st.st_mtime))
         return out
 
