@@ -25,10 +25,18 @@ pickle's bytes also say which objects are shared (a DEAP individual restored fro
 checkpoint no longer shares its ``"fitness"`` key with its class, a restored array's
 dtype is not numpy's own object), so where the bytes differ both are loaded and compared
 value by value, as ``f.audit`` compares states.
+
+An island that ends before a neighbour needs its migrants must not leave the neighbour
+waiting for the timeout in every retry: ``generations=`` puts the last generation in
+the plan, and ``finish(island, generation)`` records a create-only
+``<experiment>/finished/<island>`` that a waiting neighbour reads (ConfigurationError at
+once). A store that cannot give an object where one should be (a folder at its name)
+is a StoreError naming the key, never "absent" (a wait) or a zombie's conflict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import numbers
@@ -36,7 +44,7 @@ import operator
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import _format, _settings
@@ -49,6 +57,7 @@ from ._errors import (
     CheckpointTamperedError,
     ConfigurationError,
     ResumableError,
+    StoreError,
 )
 from .serializers import Serializer, dumps_frames, get_serializer, loads_frames
 from .stores import Store, join_payload, open_store
@@ -59,6 +68,8 @@ TIMEOUT_ENV = "RESUMABLE_MIGRATION_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0  # seconds: long enough for a killed pod to be replaced and catch up
 KIND = "migrants"
 PLAN = "plan"  # <experiment>/plan: the plan every island of the experiment must share
+FINISHED = "finished"  # <experiment>/finished/<island>: the generation its run ended at
+_CREATE_TRIES = 3  # create-only write refused, yet nothing to read: tries before giving up
 Topology = str | Mapping[int, Sequence[int]]
 
 
@@ -138,6 +149,10 @@ class Archipelago:
     generations that are multiples of it. ``signing_key`` (or ``$RESUMABLE_SIGNING_KEY``)
     signs and checks migrants as it does checkpoints. ``timeout`` (or
     ``$RESUMABLE_MIGRATION_TIMEOUT``, default 600 s) bounds the wait for a neighbour.
+    ``generations`` (optional): the last generation of every island; it joins the plan,
+    so an island run for another number of generations is refused at its first
+    migration instead of leaving a neighbour waiting for migrants that never come.
+    ``finish(island, generation)`` records where an island's run ended.
     """
 
     def __init__(
@@ -151,9 +166,13 @@ class Archipelago:
         signing_key: bytes | str | None = None,
         timeout: float | None = None,
         serializer: str | Serializer = "pickle",
+        generations: int | None = None,
     ) -> None:
         islands = _integer("islands", islands, 1, "a positive int")
         every = _integer("every", every, 1, "a positive int (generations)")
+        if generations is not None:
+            generations = _integer("generations", generations, 1,
+                                   "a positive int (every island's last generation) or None")
         if (not isinstance(experiment, str) or not experiment
                 or experiment != experiment.strip("/")
                 or any(part in ("", ".", "..") for part in experiment.split("/"))):
@@ -167,26 +186,34 @@ class Archipelago:
         self.experiment = experiment
         self.islands = islands
         self.every = every
+        self.generations = generations
         self.sources = sources
         self.timeout = seconds
         self._key = _signing_key(signing_key)
         self._serializer = get_serializer(serializer)
         self._jitter = random.Random()  # private: never draws from the captured global RNG
         self._plan_checked = False
+        self._ended: dict[int, int] = {}  # islands whose finish marker was read or written
+        self._unfinished: set[int] = set()  # islands publishing here that had no marker
 
     def plan(self) -> dict[str, Any]:
         """What every island of the experiment must agree on: which generations migrate,
-        who receives from whom, and how migrants are serialized."""
-        return {"islands": self.islands, "every": self.every,
-                "sources": {str(i): list(s) for i, s in sorted(self.sources.items())},
-                "serializer": self._serializer.name}
+        who receives from whom, how migrants are serialized, and (when given) the last
+        generation."""
+        plan: dict[str, Any] = {
+            "islands": self.islands, "every": self.every,
+            "sources": {str(i): list(s) for i, s in sorted(self.sources.items())},
+            "serializer": self._serializer.name}
+        if self.generations is not None:  # (absent otherwise: older plans still match)
+            plan["generations"] = self.generations
+        return plan
 
     def _check_plan(self) -> None:
         """Record the plan at the experiment's first migration (create-only), and refuse
         to migrate under another one: a restarted island with another ``islands``,
-        ``topology``, ``every`` or serializer would otherwise read other neighbours'
-        migrants than before (a silently different result) or wait for generations
-        that are never published (a MigrationError after the timeout)."""
+        ``topology``, ``every``, ``generations`` or serializer would otherwise read other
+        neighbours' migrants than before (a silently different result) or wait for
+        generations that are never published (a MigrationError after the timeout)."""
         if self._plan_checked:
             return
         key = f"{self.experiment}/{PLAN}"
@@ -194,10 +221,8 @@ class Archipelago:
         ours = json.dumps(self.plan(), sort_keys=True, separators=(",", ":")).encode()
         data = _format.encode([ours], kind=PLAN, serializer="raw", created=0.0, name=key,
                               key=self._key)
-        if not self.store.put_if_absent(key, data):
-            existing = self.store.get(key)
-            if existing is None:  # deleted in between: the next migration records it again
-                return
+        existing = self._create(key, data, "the plan")
+        if existing is not None:
             theirs = bytes(self._verified(
                 existing, PLAN, key, f"the plan of experiment {self.experiment!r} at {where}",
                 "Check").frames[0])
@@ -206,10 +231,113 @@ class Archipelago:
                     f"experiment {self.experiment!r} in {self.store.url} migrates under the "
                     f"plan {theirs.decode(errors='replace')} ({where}), but this Archipelago "
                     f"has {ours.decode()}: every island of an experiment, in every restart, "
-                    "needs the same islands, topology, every and serializer. Fix this "
-                    "island's settings, or use a new experiment name for a new plan."
+                    "needs the same islands, topology, every, generations and serializer. "
+                    "Fix this island's settings, or use a new experiment name for a new plan."
                 )
         self._plan_checked = True
+
+    def _create(self, key: str, data: Any, what: str) -> Any:
+        """Create the object ``key`` (create-only): None when this call created it, else
+        the bytes already there. A store that refuses the create yet has nothing to read
+        (something other than an object at that name, or a deletion each time) is a
+        StoreError naming the key, never taken for a conflicting object."""
+        where = f"{self.store.url.rstrip('/')}/{key}"
+        with self._naming(what):
+            for _ in range(_CREATE_TRIES):
+                if self.store.put_if_absent(key, data):
+                    return None
+                existing = self.store.get(key)
+                if existing is not None:
+                    return existing
+        raise StoreError(
+            f"{what} of experiment {self.experiment!r} could not be written at {where}: "
+            f"the store refuses to create it (the "
+            f"name is taken) yet has no object there to read, {_CREATE_TRIES} times. Look "
+            "at that name in the store: something other than an object (a folder?) may "
+            "be there; move it away, or use a new experiment name.",
+            url=self.store.url, key=key)
+
+    @contextlib.contextmanager
+    def _naming(self, what: str) -> Iterator[None]:
+        """A StoreError inside says which object of which experiment it was about."""
+        try:
+            yield
+        except StoreError as err:
+            raise StoreError(f"{what} of experiment {self.experiment!r}: {err}",
+                             url=err.url, key=err.key) from err
+
+    def _check_generation(self, who: str, generation: int, doing: str) -> None:
+        """A generation past the plan's last one is refused at once: no neighbour will
+        ever publish it. ``who doing generation g`` is the sentence that says what."""
+        if self.generations is not None and generation > self.generations:
+            raise ConfigurationError(
+                f"{who} of experiment {self.experiment!r} in {self.store.url} "
+                f"{doing} generation {generation}, past the experiment's last generation "
+                f"{self.generations} (generations={self.generations} in its plan): no "
+                "island migrates after it. Run every island's body for the Archipelago's "
+                "generations, or use a new experiment name for a longer run."
+            )
+
+    def _finished_key(self, island: int) -> str:
+        return f"{self.experiment}/{FINISHED}/{island}"
+
+    def _finished_where(self, island: int) -> str:
+        return f"{self.store.url.rstrip('/')}/{self._finished_key(island)}"
+
+    def _ended_at(self, island: int) -> int | None:
+        """The generation ``island``'s run ended at, as its finish marker says, or None."""
+        if island in self._ended:
+            return self._ended[island]
+        key = self._finished_key(island)
+        with self._naming(f"the finish marker of island {island}"):
+            data = self.store.get(key)
+        if data is None:
+            return None
+        end = self._end_in(data, island)
+        self._ended[island] = end  # create-only: it never changes
+        return end
+
+    def _end_in(self, data: Any, island: int) -> int:
+        key = self._finished_key(island)
+        what = f"the finish marker of island {island} at {self._finished_where(island)}"
+        raw = bytes(self._verified(data, FINISHED, key, what, "Check").frames[0])
+        try:
+            end = json.loads(raw)["generation"]
+        except (ValueError, TypeError, KeyError):
+            end = None
+        if isinstance(end, bool) or not isinstance(end, int) or end < 0:
+            raise CheckpointCorruptError(
+                f"{what} passed verification but holds {raw[:80]!r}, not a generation. "
+                "Check the store, or start a new experiment.")
+        return end
+
+    def finish(self, island: int, generation: int) -> None:
+        """Record that ``island``'s run ended at ``generation``: a create-only
+        ``<experiment>/finished/<island>`` object. A neighbour waiting for its migrants of
+        a later generation then fails at once (ConfigurationError), not after the
+        timeout, and the island itself can no longer migrate after ``generation``.
+        Call it when the island's body ends (after its loop, before it returns); a
+        resumed island calls it again with the same generation, which is a no-op."""
+        island = self._check_island(island)
+        generation = _integer("generation", generation, 0, "an int >= 0")
+        self._check_generation(f"island {island}", generation, "finishes at")
+        self._check_plan()
+        key = self._finished_key(island)
+        ours = json.dumps({"generation": generation}, separators=(",", ":")).encode()
+        data = _format.encode([ours], kind=FINISHED, serializer="raw", step=generation,
+                              epoch=island, created=0.0, name=key, key=self._key)
+        existing = self._create(key, data, f"the finish marker of island {island}")
+        if existing is not None:
+            end = self._end_in(existing, island)
+            if end != generation:
+                raise ConfigurationError(
+                    f"island {island} of experiment {self.experiment!r} finishes at "
+                    f"generation {generation}, but it already finished at generation {end} "
+                    f"({self._finished_where(island)}): an island's run ends at the same "
+                    "generation on every attempt (draw randomness only from the captured "
+                    "RNGs). A longer run needs a new experiment name."
+                )
+        self._ended[island] = generation
 
     def key(self, island: int, generation: int) -> str:
         island = self._check_island(island)
@@ -229,6 +357,7 @@ class Archipelago:
         (in topology order); ``[]`` when ``generation`` is not a migration generation."""
         island = self._check_island(island)
         generation = _integer("generation", generation, 0, "an int >= 0")
+        self._check_generation(f"island {island}", generation, "migrates at")
         if not self.due(generation):
             return []
         self.publish(island, generation, emigrants)
@@ -240,42 +369,54 @@ class Archipelago:
         island = self._check_island(island)
         generation = _integer("generation", generation, 0, "an int >= 0")
         key = self.key(island, generation)
+        self._check_generation(f"island {island}", generation, "publishes at")
         self._check_plan()
+        end = self._ended.get(island)
+        if end is None and island not in self._unfinished:
+            # Read once: only this island (a later call of this body) writes its marker.
+            end = self._ended_at(island)
+            if end is None:
+                self._unfinished.add(island)
+        if end is not None and generation > end:
+            raise ConfigurationError(
+                f"island {island} of experiment {self.experiment!r} publishes emigrants "
+                f"for generation {generation} ({self.where(island, generation)}), but its "
+                f"run already finished at generation {end} ({self._finished_where(island)}): "
+                "its neighbours were told no more migrants come. A longer run needs a new "
+                "experiment name."
+            )
         what = f"the emigrants at {self.where(island, generation)}"
         frames = dumps_frames(self._serializer, emigrants, what, root="emigrants")
         # created is the generation, not the clock: a replayed publish gives the same bytes.
         data = _format.encode(frames, kind=KIND, serializer=self._serializer.name,
                               step=generation, epoch=island, created=float(generation),
                               name=key, key=self._key)
-        if self.store.put_if_absent(key, data):
+        existing = self._create(key, data, f"the emigrants of island {island} at generation "
+                                           f"{generation}")
+        if existing is None or bytes(existing) == join_payload(data):
             return
-        existing = self.store.get(key)
-        if existing is not None and bytes(existing) == join_payload(data):
+        # Other bytes, maybe the same values (a resumed island: see the module's text).
+        # The existing object is verified first: a damaged one is named as such.
+        before = self._decode(existing, island, generation)
+        again = loads_frames(self._serializer, [memoryview(f) for f in frames])
+        found = first_difference(before, again, path="emigrants",
+                                 dumps=self._serializer.dumps)
+        if found is not None and found.reason == TOO_DEEP:
+            # Undecided. The neighbours read the existing object either way; a conflict
+            # would end this (maybe resumed) island for good.
+            log.warning("island %d republished generation %d of experiment %r with other "
+                        "pickle bytes than %s, and the two could not be compared (too "
+                        "deeply nested); that object stands", island, generation,
+                        self.experiment, self.where(island, generation))
             return
-        where = ""
-        if existing is not None:
-            # Other bytes, maybe the same values (a resumed island: see the module's text).
-            # The existing object is verified first: a damaged one is named as such.
-            before = self._decode(existing, island, generation)
-            again = loads_frames(self._serializer, [memoryview(f) for f in frames])
-            found = first_difference(before, again, path="emigrants",
-                                     dumps=self._serializer.dumps)
-            if found is not None and found.reason == TOO_DEEP:
-                # Undecided. The neighbours read the existing object either way; a conflict
-                # would end this (maybe resumed) island for good.
-                log.warning("island %d republished generation %d of experiment %r with other "
-                            "pickle bytes than %s, and the two could not be compared (too "
-                            "deeply nested); that object stands", island, generation,
-                            self.experiment, self.where(island, generation))
-                return
-            if found is None:
-                log.info("island %d republished generation %d of experiment %r: the same "
-                         "values as %s (other pickle bytes: objects restored from a "
-                         "checkpoint); that object stands", island, generation,
-                         self.experiment, self.where(island, generation))
-                return
-            where = (f" They differ at {found.path} ({found.reason}): {found.expected} "
-                     f"there, {found.actual} now.")
+        if found is None:
+            log.info("island %d republished generation %d of experiment %r: the same "
+                     "values as %s (other pickle bytes: objects restored from a "
+                     "checkpoint); that object stands", island, generation,
+                     self.experiment, self.where(island, generation))
+            return
+        where = (f" They differ at {found.path} ({found.reason}): {found.expected} "
+                 f"there, {found.actual} now.")
         raise MigrantConflictError(
             f"island {island} of experiment {self.experiment!r} published emigrants for "
             f"generation {generation} that differ from those already at "
@@ -290,15 +431,39 @@ class Archipelago:
         island = self._check_island(island)
         generation = _integer("generation", generation, 0, "an int >= 0")
         key = self.key(island, generation)
+        who = "" if reader is None else f"island {reader} "
+        self._check_generation(f"island {reader}" if reader is not None else "a reader",
+                               generation, f"receives island {island}'s emigrants at")
         deadline = time.monotonic() + self.timeout
         pause = 0.02
+        what = f"the emigrants of island {island} at generation {generation}"
         while True:
-            data = self.store.get(key)
+            with self._naming(what):
+                data = self.store.get(key)
             if data is not None:
                 return self._decode(data, island, generation)
+            end = self._ended_at(island)
+            if end is not None:
+                # The marker comes after the island's last publish: read once more.
+                with self._naming(what):
+                    data = self.store.get(key)
+                if data is not None:
+                    return self._decode(data, island, generation)
+                raise ConfigurationError(
+                    f"{who or 'this reader '}needs the emigrants of island {island} at generation "
+                    f"{generation} of experiment {self.experiment!r} "
+                    f"({self.where(island, generation)}), but island {island} finished at "
+                    f"generation {end} ({self._finished_where(island)}) without publishing "
+                    "them, and never will; retrying does not help. "
+                    + ("Every island must run as many generations as the islands it "
+                       "receives from (give all of them the same generations, e.g. "
+                       "Archipelago(..., generations=N)), or use a new experiment name."
+                       if generation > end else
+                       "Its body must call migrate() at every generation up to its "
+                       "last; if the object was deleted, use a new experiment name.")
+                )
             left = deadline - time.monotonic()
             if left <= 0:
-                who = "" if reader is None else f"island {reader} "
                 raise MigrationError(
                     f"{who}waited {self.timeout:g} s for the emigrants of island {island} at "
                     f"generation {generation} of experiment {self.experiment!r} "
