@@ -182,10 +182,20 @@ def _get_client(
             # dateutil at ~0.3 ms each: most of the client's time listing 1,000 runs.
             core.get_component("response_parser_factory").set_parser_defaults(
                 timestamp_parser=_parse_timestamp)
-            session = boto3.session.Session(botocore_session=core)
-            client = session.client(
-                "s3", endpoint_url=endpoint_url, region_name=region, config=config
-            )
+            try:
+                session = boto3.session.Session(botocore_session=core)
+                client = session.client(
+                    "s3", endpoint_url=endpoint_url, region_name=region, config=config
+                )
+            except (botocore.exceptions.BotoCoreError, ValueError) as err:
+                # The environment's AWS settings (a profile that does not exist, an
+                # endpoint that is no URL, a region that is no name): a ConfigurationError
+                # naming them, not botocore's exception (review 37). The store adds its URL.
+                raise ConfigurationError(
+                    f"the S3 client cannot be made ({type(err).__name__}: {err}); check "
+                    "$AWS_PROFILE (and the AWS config files), the endpoint "
+                    f"({endpoint_url or '$AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL'}) and the "
+                    f"region ({region or '$AWS_REGION / $AWS_DEFAULT_REGION'})") from err
             client.meta.events.register_first("before-parse.s3.ListObjectsV2", _parse_listing)
             _no_second_parse_of_listings(client)
             _clients[key] = client
@@ -631,7 +641,10 @@ class S3Store:
             max(2 * max_workers + 4, 10),
             checksums,
         )
-        self._own_client, client_key = _get_client(*self._client_args)
+        try:
+            self._own_client, client_key = _get_client(*self._client_args)
+        except ConfigurationError as err:
+            raise ConfigurationError(f"store {url}: {err}") from err.__cause__
         self._client_generation = _fork_generation
         self._conditional_key = (*client_key, self.bucket)
 
