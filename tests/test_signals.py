@@ -1485,6 +1485,7 @@ def test_a_resumable_error_in_another_thread_does_not_end_the_program(
 
 
 _INTERRUPT_DURING_THE_ERROR_EXITS_JOIN = """
+import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)  # (not SIG_IGN)
 import atexit, linecache, signal, sys, threading, time
 from resumable import checkpointed
 
