@@ -6,6 +6,9 @@ first yield, up to ``steps - 1``) through the real resume path, with the decorat
 function's own options (serializer, ``capture_rng``, ``state_arg``...), and compares
 each later state with the uninterrupted one: digests of the pickled states first, then
 a walk that names the first differing path (``state['population'][3].fitness``).
+A run that returns within ``steps`` is also resumed from its last checkpoint, and each
+resume's return value is compared with the uninterrupted one's in the same way (path
+``result``): a body may keep what it returns outside its state.
 The user's store, run and arguments are never touched: the calls get copies of the
 arguments, and the global RNGs are put back as they were.
 """
@@ -16,6 +19,7 @@ import collections
 import contextlib
 import copyreg
 import dataclasses
+import functools
 import hashlib
 import importlib
 import io
@@ -34,6 +38,7 @@ import tempfile
 import threading
 import types
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,13 +74,15 @@ class AuditReport:
     steps: int = 0  # yields of the uninterrupted run that were compared against
     resumes: int = 0  # resumes run and compared
     fresh_process: bool = False
+    returned: bool = False  # the run returned within the steps: return values compared too
 
     def __str__(self) -> str:
         where = "in a fresh interpreter each" if self.fresh_process else "in this process"
         head = (f"audit of {self.function}: {self.steps} step(s) uninterrupted, "
                 f"{self.resumes} resume(s) {where}: ")
         if self.ok:
-            return head + "every resumed state is bit-identical to the uninterrupted run"
+            what = "state and return value" if self.returned else "state"
+            return head + f"every resumed {what} is bit-identical to the uninterrupted run"
         lines = [head + "DIVERGES",
                  f"  first divergent step: {self.step} (resumed from step {self.resumed_from})"]
         if self.path is not None:
@@ -123,9 +130,11 @@ class _Walker:
     """Finds the first path where two states differ: equal means the same bits.
 
     Floats compare by their bits (NaN equals NaN, -0.0 differs from 0.0), numpy arrays by
-    dtype, shape and bytes, containers element by element, objects by their attributes,
-    and objects that pickle themselves (their own ``__reduce__``: a ``functools.partial``,
-    an exception, a ``defaultdict``) also by what their ``__reduce_ex__`` gives pickle.
+    dtype, shape and the bytes holding their values (not a structured dtype's padding nor
+    an x87 long double's unused bytes), containers element by element, weak references by
+    what they point to, objects by their attributes, and objects that pickle themselves
+    (their own ``__reduce__``: a ``functools.partial``, an exception, a ``defaultdict``;
+    or ``__getstate__``: a pandas DataFrame) by what their ``__reduce_ex__`` gives pickle.
     """
 
     def __init__(self, dumps: Callable[[Any], bytes], exclude: frozenset[str]) -> None:
@@ -140,11 +149,14 @@ class _Walker:
         self.classes: dict[tuple[int, int], bool] = {}
         self.np = _numpy.loaded()  # once per comparison, not per object
 
-    def diff(self, path: str, reason: str, a: Any, b: Any) -> Difference:
+    def diff(self, path: str, reason: str, a: Any, b: Any,
+             bits: tuple[str, str] | None = None) -> Difference:
+        """``bits``: what the two hold, shown when their reprs are the same."""
         ea, eb = _show(a), _show(b)
         if ea == eb and isinstance(a, float) and isinstance(b, float):
-            ea = f"{ea} (bits {_float_bits(a).hex()})"
-            eb = f"{eb} (bits {_float_bits(b).hex()})"
+            bits = _float_bits(a).hex(), _float_bits(b).hex()
+        if ea == eb and bits is not None:
+            ea, eb = f"{ea} (bits {bits[0]})", f"{eb} (bits {bits[1]})"
         return Difference(path, reason, ea, eb)
 
     def walk(self, a: Any, b: Any, path: str) -> Difference | None:
@@ -175,6 +187,8 @@ class _Walker:
         if isinstance(a, random.Random):
             return (self.walk(a.getstate(), b.getstate(), path + ".getstate()")
                     or self._attrs(a, b, path))
+        if isinstance(a, weakref.ref):
+            return self._weakref(a, b, path)
         if isinstance(a, (int, float, complex, str, bytes, bytearray)) or a is None:
             if _scalar_key(a) != _scalar_key(b):
                 return self.diff(path, "values differ", a, b)
@@ -201,6 +215,15 @@ class _Walker:
             return self._attrs(a, b, path)
         return self._pickled(a, b, path)
 
+    def _weakref(self, a: Any, b: Any, path: str) -> Difference | None:
+        """By the objects they point to (a weakref's ``==`` asks theirs, which may not be
+        a bool: a DataFrame's). A reference back to an object being compared (pandas'
+        flags to their frame) is a cycle: that pair is already in ``seen``."""
+        target_a, target_b = a(), b()
+        if (target_a is None) != (target_b is None):
+            return self.diff(path, "one weak reference is dead, the other is not", a, b)
+        return self.walk(target_a, target_b, path + "()") or self._attrs(a, b, path)
+
     def _reduced(self, a: Any, b: Any, path: str) -> Difference | None:
         """Objects that pickle themselves: the parts of their ``__reduce_ex__`` (the
         callable, its arguments, the state, the items), as pickle keeps them. The parts
@@ -215,6 +238,10 @@ class _Walker:
         parts_a, parts_b = _listed(parts_a), _listed(parts_b)
         self.alive.append((parts_a, parts_b))
         where = path + ".__reduce_ex__(5)"
+        # Only a __getstate__ of its own: pickle keeps the class and what that returns.
+        state_at = (f"{path}.__getstate__()" if _default_reduce(type(a))
+                    and parts_a[0] in _NEWOBJ
+                    else f"{where}[2]")
         if len(parts_a) != len(parts_b):
             return self.diff(where, f"lengths differ: {len(parts_a)} / {len(parts_b)}",
                              parts_a, parts_b)
@@ -225,7 +252,7 @@ class _Walker:
                     if found is not None:
                         return found
                 continue
-            found = self.walk(x, y, f"{where}[{i}]")
+            found = self.walk(x, y, state_at if i == 2 else f"{where}[{i}]")
             if found is not None:
                 return found
         return None
@@ -267,9 +294,18 @@ class _Walker:
                     if found is not None:
                         return found
                 return None
-            if a.dtype != b.dtype or a.tobytes() != b.tobytes():
+            if a.dtype != b.dtype:
                 return self.diff(path, f"values differ ({a.dtype} / {b.dtype})", a, b)
-            return None
+            raw_a = np.frombuffer(a.tobytes(), dtype=np.uint8)
+            raw_b = np.frombuffer(b.tobytes(), dtype=np.uint8)
+            mask = _value_bytes(np, a.dtype)
+            if mask is None and raw_a.tobytes() == raw_b.tobytes():
+                return None
+            if mask is not None and raw_a.size == mask.size == raw_b.size and (
+                    raw_a[mask] == raw_b[mask]).all():
+                return None
+            return self.diff(path, f"values differ ({a.dtype})", a, b,
+                             (_bits(np, a.dtype, raw_a), _bits(np, a.dtype, raw_b)))
         if isinstance(a, np.random.Generator):
             return self._bit_generator(a.bit_generator, b.bit_generator,
                                        path + ".bit_generator")
@@ -311,13 +347,18 @@ class _Walker:
             return None
         bytes_a = np.ascontiguousarray(flat_a).view(np.uint8).reshape(a.size, -1)
         bytes_b = np.ascontiguousarray(flat_b).view(np.uint8).reshape(b.size, -1)
-        differs = np.flatnonzero((bytes_a != bytes_b).any(axis=1))
+        mask = _value_bytes(np, a.dtype)  # not the padding, which may hold anything
+        if mask is None:
+            differs = np.flatnonzero((bytes_a != bytes_b).any(axis=1))
+        else:
+            differs = np.flatnonzero((bytes_a[:, mask] != bytes_b[:, mask]).any(axis=1))
         if differs.size == 0:
             return None
         i = int(differs[0])
         return self.diff(path + _index(np, a.shape, i),
                          f"{differs.size} of {a.size} element(s) differ ({a.dtype}); first",
-                         flat_a[i], flat_b[i])
+                         flat_a[i], flat_b[i],
+                         (_bits(np, a.dtype, bytes_a[i]), _bits(np, a.dtype, bytes_b[i])))
 
     def _dict(self, a: dict[Any, Any], b: dict[Any, Any], path: str) -> Difference | None:
         """Keys in order, each by its bits and type as any value (0.0 and -0.0, 1 and True
@@ -493,9 +534,78 @@ def _keyed(items: Any) -> list[tuple[bytes, Any]] | None:
 
 
 def _pickles_itself(cls: type) -> bool:
-    """The class (or a base other than object) defines how it is pickled."""
+    """The class (or a base other than object) defines how it is pickled: its own
+    ``__reduce_ex__`` or ``__reduce__``, or a ``__getstate__`` that says what of it
+    pickle keeps (a pandas DataFrame leaves out its flags' weak reference to itself)."""
     return (cls.__reduce_ex__ is not object.__reduce_ex__  # type: ignore[comparison-overlap]
-            or cls.__reduce__ is not object.__reduce__)  # type: ignore[comparison-overlap]
+            or cls.__reduce__ is not object.__reduce__  # type: ignore[comparison-overlap]
+            or cls.__getstate__ is not object.__getstate__)  # type: ignore[comparison-overlap]
+
+
+@functools.lru_cache(maxsize=256)
+def _value_bytes(np: Any, dtype: Any) -> Any:
+    """Which bytes of an element of ``dtype`` hold its value (a bool array), or None for
+    all of them. Not the padding of an aligned structured dtype (``np.empty`` leaves it
+    as the memory was), nor the bytes an x87 long double (80 bits in 12 or 16 bytes)
+    leaves unused: neither is pickled from a value, both are copied as they are."""
+    mask = _value_mask(np, dtype)
+    return None if mask.all() else mask
+
+
+def _value_mask(np: Any, dtype: Any) -> Any:
+    mask = np.zeros(dtype.itemsize, dtype=bool)
+    if dtype.names is not None:
+        for name in dtype.names:
+            field, offset = dtype.fields[name][:2]
+            mask[offset:offset + field.itemsize] |= _value_mask(np, field)
+    elif dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        count = int(np.prod(shape))
+        mask[:base.itemsize * count] = np.tile(_value_mask(np, base), count)
+    elif dtype.type in (np.longdouble, np.clongdouble) and _x87(np):
+        parts = 2 if dtype.kind == "c" else 1
+        size = dtype.itemsize // parts
+        for k in range(parts):  # the 10 bytes at the low end of each part's memory
+            start = k * size + (size - 10 if _big_endian(dtype) else 0)
+            mask[start:start + 10] = True
+    else:
+        mask[:] = True
+    return mask
+
+
+def _x87(np: Any) -> bool:
+    """numpy's long double is x87's 80-bit extended format, stored in more bytes."""
+    info = np.finfo(np.longdouble)
+    return (sys.byteorder == "little" and (info.nexp, info.nmant) == (15, 63)
+            and np.dtype(np.longdouble).itemsize > 10)
+
+
+def _big_endian(dtype: Any) -> bool:
+    return dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+
+
+def _bits(np: Any, dtype: Any, raw: Any) -> str:
+    """An element's value bytes in hex: a number's as its word reads (most significant
+    byte first, each part of a complex on its own), a structured one's in memory order."""
+    raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
+    mask = _value_bytes(np, dtype)
+    if dtype.names is not None or dtype.subdtype is not None or dtype.kind not in "biufcmM":
+        return str((raw if mask is None else raw[mask]).tobytes().hex())
+    parts = 2 if dtype.kind == "c" else 1
+    words = []
+    for k, part in enumerate(np.split(raw, parts)):
+        if mask is not None:
+            part = part[np.split(mask, parts)[k]]
+        words.append((part if _big_endian(dtype) else part[::-1]).tobytes().hex())
+    return " ".join(words)
+
+
+_NEWOBJ = (copyreg.__newobj__, copyreg.__newobj_ex__)  # type: ignore[attr-defined]
+
+
+def _default_reduce(cls: type) -> bool:
+    return (cls.__reduce_ex__ is object.__reduce_ex__  # type: ignore[comparison-overlap]
+            and cls.__reduce__ is object.__reduce__)  # type: ignore[comparison-overlap]
 
 
 def _listed(parts: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -685,6 +795,7 @@ class _Outcome:
     states: list[bytes]
     stopped: str | None = None  # "returned" or "raised <Type>: <message>"
     error: Exception | None = None
+    result: bytes | None = None  # the return value, pickled, when it returned
 
 
 def _drive(states: Iterator[Any], count: int, dumps: Callable[[Any], bytes],
@@ -694,8 +805,11 @@ def _drive(states: Iterator[Any], count: int, dumps: Callable[[Any], bytes],
         for _ in range(count):
             try:
                 state = next(states)
-            except StopIteration:
+            except StopIteration as stop:
                 out.stopped = "returned"
+                # As the run stores it; a value it could not store raised in the run.
+                with contextlib.suppress(Exception):
+                    out.result = dumps(stop.value)
                 break
             except Exception as err:
                 out.stopped, out.error = f"raised {type(err).__name__}: {err}", err
@@ -807,8 +921,8 @@ def _resume_in_child(work: Path, k: int, target: tuple[str, str], opts: Any, run
         raise ResumableError(
             f"audit: the resume of {target[0]}.{target[1]} from step {k} in a new interpreter "
             f"(PYTHONHASHSEED={seed}) failed with exit status {proc.returncode}:\n{tail}")
-    states, stopped = pickle.loads(result.read_bytes())
-    return _Outcome(states, stopped), seed
+    states, stopped, returned = pickle.loads(result.read_bytes())
+    return _Outcome(states, stopped, result=returned), seed
 
 
 def _child(spec: dict[str, Any]) -> int:
@@ -823,7 +937,8 @@ def _child(spec: dict[str, Any]) -> int:
         func, dataclasses.replace(opts, run_id=spec["run_id"]))
     with _quiet_runs():
         outcome = _drive(fn.iter(*args, **kwargs), spec["count"], opts.serializer.dumps)
-    (folder / "outcome").write_bytes(pickle.dumps((outcome.states, outcome.stopped)))
+    (folder / "outcome").write_bytes(
+        pickle.dumps((outcome.states, outcome.stopped, outcome.result)))
     return 0
 
 
@@ -867,6 +982,9 @@ class _Audit:
         self.reference = _TempStore(self.label)
         self.expected: list[bytes] = []  # the uninterrupted run's pickled states
         self.digests: list[bytes] = []
+        # The run returned within ``steps``: each resume must return the same value.
+        self.returned = False
+        self.result: bytes | None = None  # that value, pickled
         self.work: Path | None = None  # temporary folder for fresh interpreters
         self.found: _Finding | None = None
         self.resumes = 0
@@ -876,7 +994,10 @@ class _Audit:
         try:
             with _quiet_runs():
                 self._uninterrupted()
-                for k in range(len(self.expected)):
+                # A run that returned is also resumed from its last checkpoint (killed
+                # before its result was stored): the body then only returns.
+                last = len(self.expected) + (1 if self.returned and self.expected else 0)
+                for k in range(last):
                     if self.found is not None and k + 1 >= self.found.step:
                         break  # a later resume cannot diverge before the divergence found
                     self._check_resume(k)
@@ -904,6 +1025,8 @@ class _Audit:
                 f"audit of {self.name}: the uninterrupted run {outcome.stopped} at step "
                 f"{len(self.expected) + 1}; fix that first, the audit compares resumes with it"
             ) from outcome.error
+        if outcome.stopped == "returned":
+            self.returned, self.result = True, outcome.result
 
     def _difference(self, step: int, blob: bytes) -> Difference | None:
         if _digest(blob) == self.digests[step - 1]:
@@ -915,26 +1038,43 @@ class _Audit:
                                 path=self.opts.state_arg, exclude=self.exclude,
                                 dumps=self.serializer.dumps)
 
+    def _result_difference(self, blob: bytes | None) -> Difference | None:
+        """The resumed run's return value against the uninterrupted one's, as a state."""
+        if self.result is None or blob is None:
+            if self.result is blob:
+                return None  # neither could be pickled again here: the runs stored them
+            return Difference("result", "one return value cannot be pickled",
+                              "?" if self.result is None else "(pickled)",
+                              "?" if blob is None else "(pickled)")
+        if _digest(blob) == _digest(self.result):
+            return None
+        loads = self.serializer.loads
+        return first_difference(loads(self.result), loads(blob), path="result",
+                                exclude=self.exclude, dumps=self.serializer.dumps)
+
     def _check_resume(self, k: int) -> None:
-        """Resume from the checkpoint of step ``k`` and compare every later state."""
+        """Resume from the checkpoint of step ``k`` and compare every later state, and the
+        return value if the uninterrupted run returned."""
         self.resumes += 1
         objects = self.reference.objects_until(self.run_id, k)
         count = len(self.expected) - k
+        drive = count + 1 if self.returned else count  # then one more next(): the return
         where = ""
         if self.target is not None:
             if self.work is None:
                 self.work = Path(tempfile.mkdtemp(prefix="resumable-audit-"))
             outcome, seed = _resume_in_child(self.work, k, self.target, self.opts,
-                                             self.run_id, self.call, objects, count)
+                                             self.run_id, self.call, objects, drive)
             where = f" in a new interpreter (PYTHONHASHSEED={seed})"
         else:
             args, kwargs = self.call.fresh()
             clone = _clone(self.fn, self.opts, _store_with(f"{self.label}-{k}", objects),
                            self.run_id)
             # Compared at each yield, so a divergent resume stops there.
-            outcome = _drive(clone.iter(*args, **kwargs), count, self.serializer.dumps,
-                             lambda i, blob: self._difference(k + i, blob) is None)
-        for i, blob in enumerate(outcome.states, start=1):
+            outcome = _drive(clone.iter(*args, **kwargs), drive, self.serializer.dumps,
+                             lambda i, blob: i > count
+                             or self._difference(k + i, blob) is None)
+        for i, blob in enumerate(outcome.states[:count], start=1):
             diff = self._difference(k + i, blob)
             if diff is not None:
                 self._found(_Finding(
@@ -946,6 +1086,24 @@ class _Audit:
             self._found(_Finding(step, k, None, (
                 f"resumed from step {k}{where}, the body {outcome.stopped} instead of "
                 f"yielding step {step}, which the uninterrupted run yielded")))
+            return
+        if not self.returned:
+            return
+        step = len(self.expected) + 1  # the next() that returned
+        if len(outcome.states) > count:
+            self._found(_Finding(step, k, None, (
+                f"resumed from step {k}{where}, the body yielded step {step} where the "
+                f"uninterrupted run returned")))
+        elif outcome.stopped != "returned":
+            self._found(_Finding(step, k, None, (
+                f"resumed from step {k}{where}, the body {outcome.stopped} instead of "
+                f"returning after step {step - 1}, as the uninterrupted run did")))
+        else:
+            diff = self._result_difference(outcome.result)
+            if diff is not None:
+                self._found(_Finding(step, k, diff.path, (
+                    f"the return value differs: {diff.reason}; uninterrupted: "
+                    f"{diff.expected}; resumed from step {k}{where}: {diff.actual}")))
 
     def _found(self, finding: _Finding) -> None:
         if self.found is None or finding.step < self.found.step:
@@ -954,7 +1112,8 @@ class _Audit:
     def _report(self) -> AuditReport:
         common: dict[str, Any] = {"function": self.name, "steps": len(self.expected),
                                   "resumes": self.resumes,
-                                  "fresh_process": self.target is not None}
+                                  "fresh_process": self.target is not None,
+                                  "returned": self.returned}
         f = self.found
         if f is None:
             return AuditReport(ok=True, **common)

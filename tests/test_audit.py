@@ -300,9 +300,10 @@ def test_a_fresh_process_audit_leaves_no_files(tmp_path: Path,
 
 
 def test_a_body_that_returns_before_steps_is_audited_as_far_as_it_goes() -> None:
-    """steps=5 on a two-step run audits two steps; a run with no yield has nothing to audit."""
+    """steps=5 on a two-step run audits two steps, and resumes from its last checkpoint
+    too (only the return is left to run); a run with no yield has nothing to audit."""
     report = targets.numpy_walk.audit(2, 3, 1, steps=5)
-    assert (report.ok, report.steps, report.resumes) == (True, 2, 2)
+    assert (report.ok, report.steps, report.resumes, report.returned) == (True, 2, 3, True)
     report = targets.numpy_walk.audit(0, 3, 1)
     assert (report.ok, report.steps, report.resumes) == (True, 0, 0)
 
