@@ -266,6 +266,20 @@ class Archipelago:
             raise StoreError(f"{what} of experiment {self.experiment!r}: {err}",
                              url=err.url, key=err.key) from err
 
+    def _keys_below(self, key: str, island: int) -> str:
+        """What a timeout's message adds when keys lie below the awaited object's name
+        (a folder there): on a store where a name cannot be both (a local folder) the
+        sender's publish fails with a StoreError, so the wait was for nothing."""
+        try:
+            below = self.store.list(f"{key}/")
+        except ResumableError:  # (only a hint: the timeout is the error)
+            return ""
+        if not below:
+            return ""
+        return (f" {len(below)} key(s) lie below that name ({below[0]!r}...), as in a "
+                f"folder: on a store where a name cannot be both (a local folder), island "
+                f"{island} cannot publish there and fails with a StoreError; move them away.")
+
     def _check_generation(self, who: str, generation: int, doing: str) -> None:
         """A generation past the plan's last one is refused at once: no neighbour will
         ever publish it. ``who doing generation g`` is the sentence that says what."""
@@ -469,6 +483,7 @@ class Archipelago:
                     f"generation {generation} of experiment {self.experiment!r} "
                     f"({self.where(island, generation)}): is island {island} running, and "
                     f"with the same store? Raise ${TIMEOUT_ENV} if its pods restart slowly."
+                    + self._keys_below(key, island)
                 )
             time.sleep(min(left, pause * (0.5 + self._jitter.random())))
             pause = min(pause * 1.5, 2.0)

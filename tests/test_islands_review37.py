@@ -170,18 +170,19 @@ def test_a_folder_where_the_plan_belongs_is_a_store_error(tmp_path: Path) -> Non
     assert not (tmp_path / "pl" / "migrants").exists()
 
 
-def test_receiving_from_a_folder_is_a_store_error_at_once(tmp_path: Path) -> None:
-    """Before: the reader waited the whole timeout, then 'is island 1 running?'. Needs the
-    local store's own fix (a folder at an object's name is a StoreError naming the key);
-    the 5 s timeout is a guard only: the expected error comes at once."""
-    arch = Archipelago(tmp_path, "f", 2, timeout=5)
-    (tmp_path / "f" / "migrants" / "1" / "1").mkdir(parents=True)
-    try:
+def test_a_reader_waiting_where_a_folder_is_is_told_so(tmp_path: Path) -> None:
+    """A folder at the name is no object (the store contract, as on S3): the reader waits,
+    and its sender's publish fails with the StoreError above. Before, the timeout's
+    MigrationError only asked whether island 1 was running; now it names the folder.
+    (timeout=0: the timeout is the expected outcome here, no time passes.)"""
+    arch = Archipelago(tmp_path, "f", 2, timeout=0)
+    (tmp_path / "f" / "migrants" / "1" / "1" / "x").mkdir(parents=True)
+    (tmp_path / "f" / "migrants" / "1" / "1" / "x" / "y").write_bytes(b"")
+    with pytest.raises(MigrationError) as info:
         arch.migrate(0, 1, [1.0])
-    except MigrationError as err:  # (StoreError is not one: this is the old wait)
-        pytest.fail(f"waited for the timeout instead: {err}")
-    except StoreError as err:
-        message = str(err)
-        assert "f/migrants/1/1" in message and "experiment 'f'" in message, message
-    else:
-        pytest.fail("received a folder's emigrants")
+    message = str(info.value)
+    assert "f/migrants/1/1" in message and "experiment 'f'" in message, message
+    assert "1 key(s) lie below that name ('f/migrants/1/1/x/y'...)" in message, message
+    assert "move them away" in message
+    with pytest.raises(StoreError, match=r"f/migrants/1/1"):
+        arch.publish(1, 1, [1.0])
