@@ -30,8 +30,9 @@ An island that ends before a neighbour needs its migrants must not leave the nei
 waiting for the timeout in every retry: ``generations=`` puts the last generation in
 the plan, and ``finish(island, generation)`` records a create-only
 ``<experiment>/finished/<island>`` that a waiting neighbour reads (ConfigurationError at
-once). A store that cannot give an object where one should be (a folder at its name)
-is a StoreError naming the key, never "absent" (a wait) or a zombie's conflict.
+once). A create-only write the store refuses with nothing there to read (a local folder
+at the name) is a StoreError naming the key, never a zombie's conflict; a reader sees no
+object at a folder's name (as on S3), and its timeout's message names the keys below it.
 """
 
 from __future__ import annotations
