@@ -71,3 +71,26 @@ def test_temp_files_of_a_run_below_are_not_removed(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert inflight.exists() and not own.exists()
     assert (store / "exp" / "island-0").is_dir()
+
+
+def test_on_s3_a_nested_runs_upload_under_way_is_not_aborted(
+        moto_server: Any, s3_env: Any) -> None:
+    """The multipart-upload cleanup (after a claim, f.reset, `resumable rm`) matched every
+    upload under '<run_id>/', so it aborted the save under way of a run in a store nested
+    in the run's folder, as the local store's walk cut its temp files (review 38)."""
+    s3_env(moto_server)
+    url = moto_server.new_store_url()
+    outer = checkpointed(store=url, run_id="exp")(_gen)
+    checkpointed(store=url + "/exp", run_id="island-0")(_gen)(2)
+    outer(2)
+    store = open_store(url)
+    client = moto_server.client()
+    bucket, root = url[len("s3://"):].split("/", 1)
+    nested = f"{root}/exp/island-0/ckpt-00000002-000000000003"
+    own = f"{root}/exp/ckpt-00000002-000000000003"
+    for key in (nested, own):
+        client.create_multipart_upload(Bucket=bucket, Key=key)
+    outer.reset(2)
+    left = {u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
+    assert left == {nested}, left
+    assert store.list("exp/island-0/")  # (its objects too)

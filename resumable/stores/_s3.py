@@ -1206,6 +1206,8 @@ class S3Store:
             for page in pages:
                 for upload in page.get("Uploads", ()):
                     key = upload["Key"]
+                    if "/" in key[len(full_prefix):]:
+                        continue  # another run's, in a store nested below (review 38)
                     initiated = upload.get("Initiated")
                     if older_than is not None and (
                             initiated is None
