@@ -180,7 +180,14 @@ class LocalStore:
         try:
             with self._open(key) as f:
                 size = os.fstat(f.fileno()).st_size
-                return f.read(max(0, n)), size
+                want, chunks = min(max(0, n), size), []
+                while want > 0:  # (unbuffered: a read may return less, on FUSE say)
+                    chunk = f.read(want)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    want -= len(chunk)
+                return b"".join(chunks), size
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except OSError as err:
