@@ -670,12 +670,14 @@ def _rm_completed(args: argparse.Namespace) -> int:
             print("nothing deleted", file=sys.stderr)
             return EXIT_FAILURE
     total = 0
-    for run_id, names, age in doomed:
+    for run_id, listed, age in doomed:
+        names = [n for n in listed if _kind_of(n)]  # (someone else's files stay)
         # The result last: a run whose deletion is interrupted still shows as complete.
         for name in sorted(names, key=lambda n: n == RESULT):
             store.delete(f"{run_id}/{name}")
         total += len(names)
-        print(f"deleted {run_id} (completed {age} ago, {len(names)} object(s))")
+        print(f"deleted {run_id} (completed {age} ago, {len(names)} object(s))"
+              f"{_kept([n for n in listed if not _kind_of(n)])}")
     print(f"deleted {len(doomed)} completed run(s), {total} object(s), from {store.url}")
     return 0
 
@@ -691,13 +693,17 @@ def cmd_rm(args: argparse.Namespace) -> int:
         raise CliError(f"{missing}; or `{PROG} rm --completed {args.store}` to delete every "
                        "completed run", EXIT_CONFIG)
     store = open_store(args.store)
-    names = _require_run(store, args.run_id, args)
+    listed = _require_run(store, args.run_id, args)
+    # The run's own objects, as f.reset deletes them: someone else's file in its folder
+    # (a model, notes) stays, and is named (review 38)
+    names = [n for n in listed if _kind_of(n)]
+    foreign = [n for n in listed if not _kind_of(n)]
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError(f"refusing to delete run {args.run_id!r} without confirmation: "
                            "stdin is not a terminal; pass --yes")
         answer = input(f"delete {len(names)} object(s) of run {args.run_id!r} from "
-                       f"{store.url}? [y/N] ")
+                       f"{store.url}{_kept(foreign)}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted", file=sys.stderr)
             return EXIT_FAILURE
@@ -708,15 +714,24 @@ def cmd_rm(args: argparse.Namespace) -> int:
         store.delete(f"{args.run_id}/{name}")
     # An attempt whose last check passed before its record went may have written since
     # the listing (its last checkpoint, the result) and never looks again: list again.
-    names = sorted(set(names) | set(_run_names(store, args.run_id)))
+    names = sorted(set(names) | {n for n in _run_names(store, args.run_id) if _kind_of(n)})
     for name in sorted((n for n in names if n not in epochs),
                        key=lambda n: not n.startswith(EPOCH)):
         store.delete(f"{args.run_id}/{name}")
     remove_temp = getattr(store, "remove_temp_files", None)
     if remove_temp is not None:  # left by saves that were killed mid-write
         remove_temp(f"{args.run_id}/")
-    print(f"deleted {len(names)} object(s) of run {args.run_id} from {store.url}")
+    print(f"deleted {len(names)} object(s) of run {args.run_id} from {store.url}"
+          f"{_kept(foreign)}")
     return 0
+
+
+def _kept(foreign: Sequence[str]) -> str:
+    """What a deletion leaves in the run's folder: files resumable never writes."""
+    if not foreign:
+        return ""
+    shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    return f" (keeping {len(foreign)} file(s) resumable never writes: {shown})"
 
 
 # -- argument parsing ---------------------------------------------------------------

@@ -94,3 +94,19 @@ def test_on_s3_a_nested_runs_upload_under_way_is_not_aborted(
     left = {u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
     assert left == {nested}, left
     assert store.list("exp/island-0/")  # (its objects too)
+
+
+def test_rm_keeps_someone_elses_file_as_reset_does(tmp_path: Path) -> None:
+    """f.reset keeps a file resumable never writes (1f659b9); `rm` and `rm --completed`
+    deleted it, counted among the run's objects (review 38). Both keep it, and say so."""
+    store = tmp_path / "s"
+    f = checkpointed(store=str(store), run_id="exp")(_gen)
+    for command in (["rm", str(store), "exp", "--yes"], ["rm", "--completed", str(store),
+                                                         "--yes"]):
+        f(2)
+        (store / "exp" / "model.pt").write_bytes(b"weights")
+        done = subprocess.run([sys.executable, "-m", "resumable", *command],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "keeping 1 file(s) resumable never writes: model.pt" in done.stdout
+        assert sorted(p.name for p in (store / "exp").iterdir()) == ["model.pt"]
