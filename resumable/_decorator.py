@@ -442,7 +442,7 @@ class _Execution:
 
         The previous snapshot is let go of first, so its buffers can be reused.
         """
-        if not (force or self.terminate or self.opts.every.due(
+        if not (force or self.terminate or self.every_yield or self.opts.every.due(
                 step, time.monotonic() - self.last_save if self.timed else 0.0)):
             return
         if step == self.durable_step or (self.last_snap is not None
@@ -451,7 +451,9 @@ class _Execution:
                 self._end_children(keep=self.last_snap)
             return
         previous = self.last_snap
-        known_size = max(self.state_size, previous.size if previous is not None else 0)
+        known_size = self.state_size
+        if previous is not None and previous.size > known_size:
+            known_size = previous.size
         if known_size >= _POOLED and not (force or self.terminate):
             # Before anything takes that save back for this state (make_room, a fork),
             # and before the look at whether one runs: with every=n a due yield while
@@ -474,7 +476,7 @@ class _Execution:
                 # first lets the new snapshot reuse the previous one's buffers.
                 self.uploader.wait_idle()
         one_copy = self.copies == 1 and previous is not None and previous.size >= _BIG
-        rng = self._capture_rng()
+        rng = _rng.capture(self.rng_objects) if self.opts.capture_rng else None
         if previous is not None and previous.step == self.submitted_step:
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
@@ -532,7 +534,7 @@ class _Execution:
             # A save runs: the one waiting cannot start before this state is spilled,
             # and taken back first, its file is free for this state (one file, not two).
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill,
-                                     room_first=self.uploader.busy)
+                                     room_first=spill is None or self.uploader.busy)
         except BaseException as err:
             # A state that cannot be serialized: the last good state is still saved.
             self._flush_after_error(err)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import types
 
+_ready: types.ModuleType | None = None  # the module last found fully loaded
+
 
 def loaded() -> types.ModuleType | None:
     """numpy once this process has imported it, else None (resumable does not import it).
@@ -17,11 +19,15 @@ def loaded() -> types.ModuleType | None:
     made without it. Something else than numpy there (None to block it, a mock or a
     module of mocks, as documentation builds install) is not numpy either.
     """
+    global _ready
     numpy = sys.modules.get("numpy")
+    if numpy is _ready and numpy is not None:
+        return numpy  # (checked once: a module whose import ended stays imported)
     if not isinstance(numpy, types.ModuleType):
         return None
     if getattr(getattr(numpy, "__spec__", None), "_initializing", False):
         return None  # set by importlib for the time the module's code runs
     if not isinstance(getattr(numpy, "ndarray", None), type):
         return None
+    _ready = numpy
     return numpy

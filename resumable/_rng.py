@@ -171,15 +171,16 @@ def _random_state() -> Any:
     anything differs.
     """
     inst: Any = getattr(random.getstate, "__self__", None)  # what random.random() draws from
+    reader = _random_reader
+    if reader is not None and reader[0] is inst:  # (at every due yield: checked once)
+        return ("MT19937-raw", reader[1].raw, inst.gauss_next)
     if type(inst) is not random.Random:
         return random.getstate()
-    reader = _random_reader
-    if reader is None or reader[0] is not inst:
-        offset = _random_offset if _random_offset is not None else _probe_random()
-        if offset < 0:
-            return random.getstate()
-        reader = _set_random_reader(inst, offset)
-    return ("MT19937-raw", reader[1].raw, inst.gauss_next)
+    offset = _random_offset if _random_offset is not None else _probe_random()
+    if offset < 0:
+        return random.getstate()
+    reader = _set_random_reader(inst, offset)
+    return ("MT19937-raw", reader[1].raw, inst.gauss_next)  # type: ignore[attr-defined]
 
 
 def _set_random_reader(inst: random.Random, offset: int) -> tuple[Any, Any]:
@@ -230,20 +231,22 @@ def _numpy_state(np: Any) -> Any:
     # The object numpy's module-level functions draw from and np.random.set_state
     # restores (np.random.mtrand._rand may have been replaced since they were bound).
     rs: Any = getattr(np.random.get_state, "__self__", None)
+    reader = _numpy_reader
+    if reader is not None and reader[0] is rs and reader[1] is rs._bit_generator:
+        # (the generator probed before, still drawing from the same bit generator)
+        return ("MT19937-raw", reader[2].raw, reader[3].value, reader[4].value,
+                reader[5].value)
     if type(rs) is not np.random.RandomState:
         return np.random.get_state(legacy=False)
     bitgen = rs._bit_generator
-    reader = _numpy_reader
-    if reader is None or reader[0] is not rs or reader[1] is not bitgen:
-        if type(bitgen) is not np.random.MT19937:
-            # e.g. np.random.set_bit_generator(PCG64()): the legacy tuple does not exist
-            # (numpy warns at every call); the dict form restores with set_state too.
-            return rs.get_state(legacy=False)
-        offset = _gauss_offset if _gauss_offset is not None else _probe(np)
-        if offset < 0:
-            return rs.get_state()
-        reader = _set_numpy_reader(rs, bitgen, offset)
-    _, _, key, pos, has_gauss, gauss = reader
+    if type(bitgen) is not np.random.MT19937:
+        # e.g. np.random.set_bit_generator(PCG64()): the legacy tuple does not exist
+        # (numpy warns at every call); the dict form restores with set_state too.
+        return rs.get_state(legacy=False)
+    offset = _gauss_offset if _gauss_offset is not None else _probe(np)
+    if offset < 0:
+        return rs.get_state()
+    _, _, key, pos, has_gauss, gauss = _set_numpy_reader(rs, bitgen, offset)
     return ("MT19937-raw", key.raw, pos.value, has_gauss.value, gauss.value)
 
 

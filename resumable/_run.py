@@ -131,11 +131,24 @@ class Snapshot:
     deadline: float | None = None  # time.monotonic() by which a forked child must have pickled
     # Its own, not one for the process: reading the frames may wait for a forked child's
     # pickling (up to $RESUMABLE_FORK_TIMEOUT), and other calls' saves must not wait too.
-    _materialize_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Made at the first read of frames still to come (most snapshots have theirs: a lock
+    # each would be made at every yield for nothing).
+    _materialize_lock: threading.Lock | None = field(default=None, repr=False)
 
     def materialize(self) -> None:
         """Read a forked child's frames (once; every later call sees the same outcome)."""
-        with self._materialize_lock:
+        lock = self._materialize_lock
+        if lock is None:
+            with _pool_lock:
+                lock = self._materialize_lock  # (again: another read may have made it)
+                if lock is None:
+                    if self.forked is None:
+                        # Its frames are here: ``forked`` is never set again, and a read
+                        # lets go of it only with the lock made (``release`` too, but a
+                        # released snapshot is read by no one).
+                        return
+                    lock = self._materialize_lock = threading.Lock()
+        with lock:
             if self.failed is not None:
                 raise self.failed
             child = self.forked
@@ -173,19 +186,19 @@ class Snapshot:
             if self.holders:
                 return
             child, self.forked = self.forked, None
+            pool = self.pool
+            if pool is None and child is None and self.failed is None:
+                if self.in_place:  # drop the views so the live state's memory can go
+                    self.frames = []
+                return
         if child is not None:  # never read: its child (or file) is not needed any more
             child.cancel()
-        if child is not None or self.failed is not None:
+        if child is not None or self.failed is not None or pool is None:
             # Its frames never came (or reading them failed): nothing to give back.
             # Handing the pool a snapshot without buffers would make it drop the ones it
             # keeps for the next copy.
             return
-        with _pool_lock:
-            if self.pool is None:
-                if self.in_place:  # drop the views so the live state's memory can go
-                    self.frames = []
-                return
-        self.pool.give_back(self.frames)
+        pool.give_back(self.frames)
 
 
 _pool_lock = threading.Lock()

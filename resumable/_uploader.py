@@ -135,7 +135,7 @@ class Uploader:
                 on_drop()
             return
         with self._lock:  # (the condition's own lock: this runs at every yield)
-            if raise_pending:
+            if raise_pending and self._error is not None:
                 self._raise_pending()
             if self._waiting is not None:
                 # The thread knows of a save already: it runs, or it rests and takes the
@@ -145,7 +145,8 @@ class Uploader:
             else:
                 self._cond.notify_all()
             self._waiting, self._on_drop = job, on_drop
-            self._ensure_thread()
+            if self._thread is None:
+                self._ensure_thread()
         if dropped is not None:
             dropped()
 
