@@ -377,6 +377,7 @@ class _Execution:
         self.last_snap: Snapshot | None = None  # the newest snapshot (due yields only)
         self.pool = _RoomMakingPool()
         self.submitted_step = -1
+        self.last_job: Callable[[], None] | None = None  # the last save handed in
         self.written_step = 0  # the newest step a save wrote (the SIGTERM log line)
         # States whose buffers exceed this are saved in place (no copy; the loop waits).
         self.copy_limit = _settings.SNAPSHOT_LIMIT.read()
@@ -477,7 +478,28 @@ class _Execution:
                 self.uploader.wait_idle()
         one_copy = self.copies == 1 and previous is not None and previous.size >= _BIG
         rng = _rng.capture(self.rng_objects) if self.opts.capture_rng else None
+        frames = None
         if previous is not None and previous.step == self.submitted_step:
+            if (known_size < _POOLED and previous.size == 0 and previous.forked is None
+                    and not (force or self.terminate or self.synchronous or self.fork)):
+                # A small state while the previous one's save still waits (a fast loop):
+                # that snapshot is refilled with this state, if the save has not started
+                # meanwhile. No new snapshot, save or drop: this is most of what a yield
+                # of a small state cost (every="generation" saves the newest when the
+                # upload thread is free, as before).
+                try:
+                    frames = self.run.serialize(state, step)
+                except BaseException as err:
+                    self._flush_after_error(err)  # (the previous state is still saved)
+                    raise
+                if len(frames) == 1 and self.uploader.replace_waiting(
+                        self.last_job, previous.refill, step, frames[0], rng, time.time()):
+                    self.submitted_step = step
+                    self.state_size = 0
+                    self.fork_checked = True
+                    if self.timed:
+                        self.last_save = time.monotonic()
+                    return
             # Handed over already: the uploader holds it as long as it needs it.
             previous.release()
             self.last_snap = previous = None
@@ -534,7 +556,8 @@ class _Execution:
             # A save runs: the one waiting cannot start before this state is spilled,
             # and taken back first, its file is free for this state (one file, not two).
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill,
-                                     room_first=spill is None or self.uploader.busy)
+                                     room_first=spill is None or self.uploader.busy,
+                                     frames=frames)
         except BaseException as err:
             # A state that cannot be serialized: the last good state is still saved.
             self._flush_after_error(err)
@@ -620,6 +643,7 @@ class _Execution:
                 self._flush_after_error(err)
             raise
         self.submitted_step = snap.step
+        self.last_job = job  # (the save a later small state may refill, see _checkpoint)
         if self.timed:
             self.last_save = time.monotonic()
         if self.synchronous and not final:

@@ -174,6 +174,15 @@ class Snapshot:
             self.frames[0] = _pickle_rng(self.rng)
         return self.frames[0]
 
+    def refill(self, step: int, stream: bytes, rng: Any, created: float) -> None:
+        """Hold the state of a later yield instead: a pickle with no out-of-band buffers.
+
+        Only for a snapshot made from its frames (not forked, spilled or in place) that
+        no save has started to write, and only under the lock its save is taken by (see
+        ``Uploader.replace_waiting``): the save then writes the newer state.
+        """
+        self.step, self.frames, self.rng, self.created = step, [b"", stream], rng, created
+
     def hold(self) -> None:
         with _pool_lock:
             self.holders += 1
@@ -764,7 +773,7 @@ class Run:
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
         copy_limit: float = float("inf"), spill: _spill.SpillFile | None = None,
-        room_first: bool = True,
+        room_first: bool = True, frames: list[Buffer] | None = None,
     ) -> Snapshot:
         """Serialize ``state``; its large buffers are copied only up to ``copy_limit`` bytes.
 
@@ -773,10 +782,11 @@ class Run:
         never kept. With ``spill`` the buffers are written to that file instead of being
         copied (see ``_spill``), when it is free; they are read back at the upload.
         ``room_first``: the pool makes room (takes back the save still waiting) before
-        the state is spilled, else after it (see below).
+        the state is spilled, else after it (see below). ``frames``: what ``serialize``
+        made of ``state`` already.
         """
-        frames = dumps_views(self.serializer, state,
-                             lambda: f"the state yielded at step {step} of run {self.where()}")
+        if frames is None:
+            frames = self.serialize(state, step)
         if len(frames) == 1:  # no out-of-band buffers (a small or object-only state)
             return Snapshot(step=step, frames=[b"", frames[0]], rng=rng, created=time.time(),
                             pool=pool)
@@ -802,6 +812,11 @@ class Run:
             frames = copy_frames(frames, None if pool is None else pool.take)
         return Snapshot(step=step, frames=[b"", *frames], rng=rng, created=time.time(),
                         pool=None if in_place else pool, in_place=in_place, size=size)
+
+    def serialize(self, state: Any, step: int) -> list[Buffer]:
+        """The state's pickle stream, then views of its large buffers (see dumps_views)."""
+        return dumps_views(self.serializer, state,
+                           lambda: f"the state yielded at step {step} of run {self.where()}")
 
     def snapshot_forked(self, state: Any, step: int, rng: _rng.RngState | None,
                         pool: BufferPool | None, size_hint: int = 0) -> Snapshot:

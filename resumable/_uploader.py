@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("resumable")
 
@@ -149,6 +150,22 @@ class Uploader:
                 self._ensure_thread()
         if dropped is not None:
             dropped()
+
+    def replace_waiting(self, job: Job | None, change: Callable[..., None], *args: Any) -> bool:
+        """``change(*args)`` if ``job`` is the save waiting, not started; else False.
+
+        Under the lock the thread takes a save by: it cannot start ``job`` while it is
+        changed, and once it has, nothing changes it. For the loop, which refills the
+        waiting save's snapshot with a newer small state instead of handing in another
+        (no new snapshot, job and drop at every yield of a fast loop). A failure of an
+        earlier save is left for the next ``submit`` to raise.
+        """
+        with self._lock:
+            if self._waiting is not job or job is None or self._error is not None:
+                return False
+            change(*args)
+            self.skipped += 1
+            return True
 
     @property
     def busy(self) -> bool:

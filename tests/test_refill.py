@@ -1,0 +1,72 @@
+"""A fast loop of a small state: each yield refills the snapshot whose save still waits
+(``Uploader.replace_waiting``) instead of handing in a new one. Every checkpoint written
+must still be one yield's state with that yield's RNG state, never a mix of two."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resumable import checkpointed
+from resumable._run import Run
+from resumable._uploader import Uploader
+from resumable.stores import open_store
+
+GENERATIONS = 3000
+
+
+def _trace(*, state: dict[str, Any] | None = None) -> Any:
+    if state is None:
+        state = {"generation": 0, "draw": 0.0, "np": 0.0}
+    while state["generation"] < GENERATIONS:
+        state = {"generation": state["generation"] + 1, "draw": random.random(),
+                 "np": float(np.random.random())}
+        yield state
+    return state["generation"]
+
+
+def _reference() -> list[dict[str, Any]]:
+    random.seed(7)
+    np.random.seed(7)
+    return [dict(s) for s in _trace()]
+
+
+@pytest.mark.parametrize("where", ["memory", "folder"])
+def test_every_checkpoint_of_a_fast_small_loop_is_one_yields_state_and_rng(
+        where: str, tmp_path: Path) -> None:
+    reference = _reference()
+    url = f"memory://refill-{uuid.uuid4().hex[:8]}" if where == "memory" else str(tmp_path)
+    refills = []
+    original = Uploader.replace_waiting
+
+    def counting(self: Uploader, *args: Any) -> bool:
+        done = original(self, *args)
+        refills.append(done)
+        return done
+
+    random.seed(7)
+    np.random.seed(7)
+    f = checkpointed(store=url, run_id="fast", keep=None)(_trace)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Uploader, "replace_waiting", counting)
+        assert f() == GENERATIONS
+    assert any(refills), "no yield refilled a waiting save: the test tests nothing"
+
+    run = Run(open_store(url), "fast")
+    names = run.checkpoint_names()
+    assert len(names) >= 2
+    for name in names:
+        ckpt = run._try_load(name, [], True, [])
+        assert ckpt is not None, name
+        assert ckpt.state == reference[ckpt.step - 1], name
+        # The RNG saved with it is the one at that yield: the next draws follow it.
+        if ckpt.step < GENERATIONS:
+            from resumable import _rng
+            _rng.restore(ckpt.rng)
+            assert random.random() == reference[ckpt.step]["draw"], name
+            assert float(np.random.random()) == reference[ckpt.step]["np"], name
