@@ -397,7 +397,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
         return 0
     if not rows:
-        print(f"no runs in {store.url}", file=sys.stderr)
+        note = (" (a memory:// store lives in the process that made it: a `resumable` "
+                "command run on its own never sees its runs; give the folder or s3:// URL "
+                "the runs were saved to)" if store.url.startswith("memory://") else "")
+        print(f"no runs in {store.url}{note}", file=sys.stderr)
         return 0
     print(_table(
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],

@@ -276,3 +276,20 @@ def test_a_run_id_that_starts_with_a_dash_gets_the_way_to_give_it(
     options = ["--yes"] if command == "rm" else []
     proc = cli(command, *options, str(tmp_path / "s"), "--", "-x")
     assert proc.returncode == EXIT_NOT_FOUND and "no run '-x'" in proc.stderr, proc.stderr
+
+
+# -- 7. a memory:// store from a shell ----------------------------------------------------
+
+
+def test_ls_of_an_empty_memory_store_says_the_command_cannot_see_one() -> None:
+    """`resumable ls memory://x` in its own process: a memory store lives in the process
+    that made it, so the command always finds it empty. "no runs" alone reads as if the
+    runs were gone; the line says why and what to give instead."""
+    proc = cli("ls", "memory://from-a-shell")
+    assert proc.returncode == 0, proc.stderr
+    assert "no runs in memory://from-a-shell" in proc.stderr, proc.stderr
+    assert "lives in the process that made it" in proc.stderr, proc.stderr
+    assert "folder or s3:// URL" in proc.stderr, proc.stderr
+    # A folder with no runs: the plain line, nothing about memory stores.
+    proc = cli("ls", "file:///nonexistent-resumable-store")
+    assert "memory://" not in proc.stderr, proc.stderr
