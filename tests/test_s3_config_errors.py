@@ -45,3 +45,37 @@ def test_bad_aws_settings_are_a_configuration_error(
                           text=True, cwd=ROOT, timeout=60, env={**os.environ, **env})
     assert done.returncode == EXIT_CONFIG, done.stderr
     assert URL in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_that_cannot_make_its_client_names_the_store(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child the body forks makes its own client at its first request. Settings that
+    changed since the store was opened (a profile set in the body) fail there: the error
+    names the store, as it does at opening (review 38 left it without)."""
+    from resumable.stores import open_store
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    store: Any = open_store(URL)
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile-r38")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what making its client raised, then leave at once
+        try:
+            os.close(read)
+            try:
+                store._client  # noqa: B018  (its first use in this process)
+                message = "no error"
+            except BaseException as err:
+                message = f"{type(err).__name__}: {err}"
+            os.write(write, message.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert message.startswith("ConfigurationError"), message
+    assert URL in message and "AWS_PROFILE" in message, message

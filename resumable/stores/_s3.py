@@ -641,18 +641,21 @@ class S3Store:
             max(2 * max_workers + 4, 10),
             checksums,
         )
-        try:
-            self._own_client, client_key = _get_client(*self._client_args)
-        except ConfigurationError as err:
-            raise ConfigurationError(f"store {url}: {err}") from err.__cause__
+        self._own_client, client_key = self._new_client()
         self._client_generation = _fork_generation
         self._conditional_key = (*client_key, self.bucket)
+
+    def _new_client(self) -> tuple[Any, tuple[Any, ...]]:
+        try:
+            return _get_client(*self._client_args)
+        except ConfigurationError as err:
+            raise ConfigurationError(f"store {self.url}: {err}") from err.__cause__
 
     @property
     def _client(self) -> Any:
         """This process's boto3 client (a forked child makes its own on first use)."""
         if self._client_generation != _fork_generation:
-            self._own_client = _get_client(*self._client_args)[0]
+            self._own_client = self._new_client()[0]
             self._client_generation = _fork_generation
         return self._own_client
 
