@@ -87,6 +87,9 @@ def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, 
     return found
 
 
+FOREIGN = "a name resumable never writes: not read"
+
+
 def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
              full: bool = True, small: dict[str, Any] | None = None) -> ObjectInfo:
     """The object's header fields; with ``full``, download it and verify it completely.
@@ -98,7 +101,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     if kind == "?":
         # Someone else's file (a model, notes, a FIFO): never read, not even its head (a
         # 400 MB file was read whole to be skipped; a FIFO hung the command, review 37)
-        return ObjectInfo(name, kind, 0, problem="a name resumable never writes (not read)")
+        return ObjectInfo(name, kind, 0, problem=FOREIGN)
     found: tuple[bytes | bytearray | memoryview, int] | None
     if full:
         whole = store.get(f"{run_id}/{name}")
@@ -422,6 +425,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _verified_text(info: ObjectInfo) -> str:
+    if _foreign(info):
+        return "not resumable's, not read"  # (no damage to the run: no "NO")
     if info.problem:
         return f"NO: {info.problem}"
     if info.verified is None:
@@ -500,7 +505,8 @@ def cmd_show(args: argparse.Namespace) -> int:
          "VERIFIED" if args.verify else "HEADER"],
         [[i.name, i.kind, i.step if i.step is not None and i.kind == "ckpt" else "-",
           "-" if i.epoch is None else i.epoch,
-          (i.created or "-").replace("+00:00", ""), i.bytes, i.serializer or "-",
+          (i.created or "-").replace("+00:00", ""), "-" if _foreign(i) else i.bytes,
+          i.serializer or "-",
           "-" if i.signed is None else ("yes" if i.signed else "no"), _verified_text(i)]
          for i in infos],
     ))
@@ -592,8 +598,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
     for info in infos:
         if info.problem and _foreign(info):
-            print(f"skip  {info.name}: not an object resumable writes, never read "
-                  f"({info.problem})")
+            print(f"skip  {info.name}: {info.problem}")
             continue
         print(f"{'FAIL' if info.problem else 'ok  '}  {info.name}"
               + (f": {info.problem}" if info.problem else ""))

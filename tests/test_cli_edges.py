@@ -293,3 +293,22 @@ def test_ls_of_an_empty_memory_store_says_the_command_cannot_see_one() -> None:
     # A folder with no runs: the plain line, nothing about memory stores.
     proc = cli("ls", "file:///nonexistent-resumable-store")
     assert "memory://" not in proc.stderr, proc.stderr
+
+
+def test_a_file_resumable_never_writes_is_shown_as_not_its_own_not_as_damage(
+        tmp_path: Path) -> None:
+    """`show` listed someone's model.pt with BYTES 0 (never read, so unknown) and a HEADER
+    of "NO: ...", which reads as a damaged object; `verify` said "not read" twice. Now
+    BYTES is "-", the HEADER says whose it is, and `verify` says it once (review 38)."""
+    populate(tmp_path, "r", n=2)
+    (tmp_path / "r" / "model.pt").write_bytes(b"weights" * 100)
+    shown = cli("show", str(tmp_path), "r")
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("model.pt"))
+    cells = row.split()
+    assert "NO:" not in row and " 0 " not in row, row
+    assert cells[5] == "-" and row.endswith("not resumable's, not read"), row
+    verified = cli("verify", str(tmp_path), "r")
+    assert verified.returncode == 0, verified.stderr
+    line = next(x for x in verified.stdout.splitlines() if "model.pt" in x)
+    assert line == "skip  model.pt: a name resumable never writes: not read", line
