@@ -80,6 +80,11 @@ class AuditReport:
         where = "in a fresh interpreter each" if self.fresh_process else "in this process"
         head = (f"audit of {self.function}: {self.steps} step(s) uninterrupted, "
                 f"{self.resumes} resume(s) {where}: ")
+        if self.ok and self.resumes == 0:
+            # (nothing compared: a claim of bit-identity would be empty)
+            why = ("the body returned before its first yield, so it is never checkpointed"
+                   if self.steps == 0 else "no checkpoint to resume from")
+            return head + f"nothing to compare ({why}); this shows nothing about resuming"
         if self.ok:
             what = "state and return value" if self.returned else "state"
             return head + f"every resumed {what} is bit-identical to the uninterrupted run"

@@ -710,3 +710,20 @@ def test_a_changed_leaf_is_named_by_its_path(tree: Any, data: st.DataObject) -> 
     diff = first_difference(tree, changed)
     assert diff is not None and diff.path == target, (diff, target)
 
+
+
+def test_a_body_that_returns_before_its_first_yield_claims_nothing() -> None:
+    """No yield, no checkpoint, no resume: the report said "every resumed state ... is
+    bit-identical", a claim about nothing (left alone in note 19). It stays ok (nothing
+    differs) and says there was nothing to compare."""
+
+    @checkpointed(store="memory://audit-no-yield", run_id="r")
+    def early(n: int, *, state: Any = None) -> Any:
+        return n
+        yield  # a generator function that never yields
+
+    report = early.audit(3)
+    assert report.ok and report.steps == 0 and report.resumes == 0
+    text = str(report)
+    assert "bit-identical" not in text, text
+    assert "nothing to compare" in text and "before its first yield" in text, text
