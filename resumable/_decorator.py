@@ -482,11 +482,12 @@ class _Execution:
         if previous is not None and previous.step == self.submitted_step:
             if (known_size < _POOLED and previous.size == 0 and previous.forked is None
                     and not (force or self.terminate or self.synchronous or self.fork)):
-                # A small state while the previous one's save still waits (a fast loop):
+                # A state pickled whole (no large buffers: a small state, or objects
+                # such as a DEAP population) while the previous one's save still waits:
                 # that snapshot is refilled with this state, if the save has not started
-                # meanwhile. No new snapshot, save or drop: this is most of what a yield
-                # of a small state cost (every="generation" saves the newest when the
-                # upload thread is free, as before).
+                # meanwhile. No new snapshot, save or drop: they were most of what a
+                # yield of a small state cost (every="generation" still saves the newest
+                # state whenever the upload thread is free).
                 try:
                     frames = self.run.serialize(state, step)
                 except BaseException as err:
@@ -980,6 +981,10 @@ class _Execution:
                 cleanup.callback(progress.close)
                 cleanup.callback(gen.close)
                 self.held = None
+                # The last save's job refers to this execution: kept, the pair would wait
+                # for the cycle collector, and with it the last snapshot (a copy of the
+                # state). The uploader keeps the job it has yet to run (review 39).
+                self.last_job = None
 
 
 def checkpointed(
