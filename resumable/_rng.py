@@ -147,6 +147,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
         if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
             _, raw, pos, has_gauss, gauss = saved
             saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
+        _on_saved_bit_generator(np, saved)
         np.random.set_state(saved)
     objects = state.get("objects") or {}
     for path, obj in targets:
@@ -160,6 +161,27 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
         except (TypeError, ValueError, KeyError) as err:
             log.warning("could not restore the RNG %s in place (%s); it continues from its "
                         "current state, so the run may not be bit-identical", path, err)
+
+
+def _on_saved_bit_generator(np: Any, saved: Any) -> None:
+    """Put numpy's global RandomState back on the kind of bit generator ``saved`` is from.
+
+    A body may switch it (``np.random.set_bit_generator(PCG64(seed))`` at its fresh
+    start); a new process starts on MT19937, and a restart may go back to before the
+    switch: set_state of the other kind's state fails (review 39). The new generator's
+    seed does not matter, its state is set next.
+    """
+    kind = saved[0] if isinstance(saved, tuple) and saved else (
+        saved.get("bit_generator") if isinstance(saved, dict) else None)
+    rs: Any = getattr(np.random.get_state, "__self__", None)
+    current = getattr(rs, "_bit_generator", None)
+    if not isinstance(kind, str) or current is None or type(current).__name__ == kind:
+        return
+    cls = getattr(np.random, kind, None)
+    setter = getattr(np.random, "set_bit_generator", None)  # numpy >= 1.25 (older: no switch)
+    if (setter is not None and isinstance(cls, type)
+            and issubclass(cls, np.random.BitGenerator)):
+        setter(cls())
 
 
 def _random_state() -> Any:

@@ -760,6 +760,72 @@ def test_numpy_global_rng_of_another_kind_is_captured_and_restored(how: str) -> 
         np.random.set_state(saved)
 
 
+@pytest.mark.parametrize(("saved_on", "restored_on"),
+                         [("PCG64", "MT19937"), ("MT19937", "PCG64"), ("PCG64", "SFC64")])
+def test_numpy_global_rng_is_restored_onto_the_bit_generator_it_was_saved_from(
+        saved_on: str, restored_on: str) -> None:
+    """A body that puts numpy's global RNG on another bit generator
+    (np.random.set_bit_generator(PCG64(seed))) could never be resumed: a new process
+    starts on MT19937, and the PCG64 state saved with the checkpoint was set onto it
+    (ValueError: state must be for a MT19937 PRNG). An in-process restart to before the
+    switch failed the same way the other way round (review 39). The global RNG is now put
+    back on the kind of bit generator it was saved from, with its state."""
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    try:
+        np.random.set_bit_generator(getattr(np.random, saved_on)(11))
+        np.random.random(3)
+        np.random.standard_normal()  # an odd count: a gauss stays cached
+        state = _rng.capture()
+        expected = [*np.random.random(4).tolist(), np.random.standard_normal()]
+        np.random.set_bit_generator(getattr(np.random, restored_on)(5))  # a new process
+        _rng.restore(state)
+        assert type(np.random.mtrand._rand._bit_generator).__name__ == saved_on
+        assert [*np.random.random(4).tolist(), np.random.standard_normal()] == expected
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
+def test_a_run_that_switches_numpys_global_bit_generator_resumes(memory_url: str) -> None:
+    """The whole story of the test above: the body switches the global RNG to PCG64 at its
+    fresh start and fails at step 3; the call again (the global RNG back on MT19937, as
+    in a new process) resumes, and the run's draws are those of an uninterrupted run."""
+    saved = np.random.get_state(legacy=False)
+    crash = [False]  # (not in the reference run)
+
+    def body(*, state: Any = None) -> Any:
+        if state is None:
+            np.random.set_bit_generator(np.random.PCG64(1))
+            state = {"g": 0, "draws": []}
+        while state["g"] < 6:
+            state = {"g": state["g"] + 1, "draws": [*state["draws"], float(np.random.random())]}
+            if state["g"] == 3 and crash[0]:
+                crash[0] = False
+                raise Crash("step 3")
+            yield state
+        return state["draws"]
+
+    try:
+        np.random.set_bit_generator(np.random.MT19937(0))
+        reference = list(checkpointed(store=memory_url, run_id="reference")(body)())
+        crash[0] = True
+        np.random.set_bit_generator(np.random.MT19937(0))
+        f = checkpointed(store=memory_url, run_id="resumed")(body)
+        with pytest.raises(Crash):
+            f()
+        np.random.set_bit_generator(np.random.MT19937(0))  # a new process
+        assert f() == reference
+        crash[0] = True
+        np.random.set_bit_generator(np.random.MT19937(0))
+        restarted = checkpointed(store=memory_url, run_id="restarted", restarts=1, every=1000)
+        assert restarted(body)() == reference  # restarts from before the switch
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
 def test_numpy_global_state_read_from_memory_follows_a_new_bit_generator() -> None:
     """The raw read of numpy's global RNG keeps views of its memory from one yield to the
     next; after np.random.set_bit_generator it reads the new generator, with its own
