@@ -211,6 +211,17 @@ class Snapshot:
 
 
 _pool_lock = threading.Lock()
+
+
+def _new_pool_lock_in_child() -> None:
+    # The upload thread may have held it at the fork (a body's os.fork, a fork pool whose
+    # workers run decorated functions): the child has no such thread to let go of it, and
+    # would hang at its first snapshot (review 39).
+    global _pool_lock
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_pool_lock_in_child)
 _POOLED = 1 << 16  # buffers the pool keeps: smaller ones cost less to make than to keep
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 from urllib.parse import urlsplit
 
@@ -11,6 +12,16 @@ from ._base import Payload, join_payload
 
 _spaces: dict[str, dict[str, bytes]] = {}
 _lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # Another thread (an upload) may have held it at the fork: the child's copy would
+    # stay held for ever.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 class MemoryStore:
