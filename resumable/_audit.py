@@ -10,13 +10,21 @@ A run that returns within ``steps`` is also resumed from its last checkpoint, an
 resume's return value is compared with the uninterrupted one's in the same way (path
 ``result``): a body may keep what it returns outside its state.
 The user's store, run and arguments are never touched: the calls get copies of the
-arguments, and the global RNGs are put back as they were.
+arguments, and the global RNGs are put back as they were. What the body itself writes
+to shared places through resumable (an islands experiment's plan, migrants and finish
+markers) goes to the audit's ``Sandbox``: a private overlay, one per audit, shared by
+its uninterrupted run and every resume (handed to each fresh interpreter), so a resume's
+republish is compared with the uninterrupted run's. ``current_sandbox()`` says whether
+the calling code runs in an audit's body: the audit's thread (a context variable),
+every thread of a fresh interpreter, and a thread the body starts itself when that is
+unambiguous (one audit running, and no real run in this process).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import copyreg
 import dataclasses
 import functools
@@ -44,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _numpy, _rng
+from . import _numpy, _rng, _signals
 from ._errors import ConfigurationError, ResumableError
 from ._policy import parse_every
 from ._run import RESULT, parse_ckpt_name
@@ -787,6 +795,105 @@ def _store_with(label: str, objects: dict[str, bytes]) -> _TempStore:
     return store
 
 
+# -- what the audited body writes where others read -----------------------------------
+
+class Sandbox:
+    """The private overlay of one audit: objects the audited body writes to a shared place
+    (an islands experiment) land here, never there. ``objects`` maps (store url, key) to
+    bytes and lives as long as the audit, across its uninterrupted run and its resumes;
+    ``caches`` holds what code caches about those objects, cleared at each run's start (a
+    resumed run is a new process, which knows nothing yet)."""
+
+    def __init__(self, name: str, objects: dict[tuple[str, str], bytes] | None = None, *,
+                 whole_process: bool = False) -> None:
+        self.name = name  # the audited function, for messages
+        self.objects: dict[tuple[str, str], bytes] = dict(objects or {})
+        self.caches: dict[Any, Any] = {}
+        self.lock = threading.RLock()
+        self.thread = threading.current_thread()
+        self.whole_process = whole_process  # a fresh interpreter: every thread is the body's
+
+    def new_run(self) -> None:
+        with self.lock:
+            self.caches.clear()
+
+    def snapshot(self) -> dict[tuple[str, str], bytes]:
+        with self.lock:
+            return dict(self.objects)
+
+
+AUDIT_ENV = "RESUMABLE_AUDIT_CHILD"  # set in a fresh interpreter of f.audit, for its children
+_SANDBOX: contextvars.ContextVar[Sandbox | None] = contextvars.ContextVar(
+    "resumable_audit_sandbox", default=None)
+_active: list[Sandbox] = []  # the sandboxes of the audits running in this process
+_active_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _sandboxed(sandbox: Sandbox) -> Iterator[None]:
+    """The audit's thread runs the body in ``sandbox`` until the block ends, however."""
+    token = _SANDBOX.set(sandbox)
+    with _active_lock:
+        _active.append(sandbox)
+    try:
+        yield
+    finally:
+        with _active_lock:
+            _active.remove(sandbox)
+        _SANDBOX.reset(token)
+
+
+def _check_not_audit_child(what: str) -> None:
+    """A process started (not forked) by the body of an audit's fresh interpreter has no
+    sandbox: what it would write to the store is refused."""
+    audited = os.environ.get(AUDIT_ENV)
+    if audited:
+        raise ConfigurationError(
+            f"{what} in a process started by the body of f.audit(fresh_process=True) of "
+            f"{audited} (${AUDIT_ENV} is set): the audit's overlay is not here, and an audit "
+            "never writes to the store. Migrate from the body's own process, or audit "
+            "with fresh_process=False.")
+
+
+def current_sandbox(what: str) -> Sandbox | None:
+    """The sandbox of the audit whose body the calling code runs in, or None: the real
+    thing. A thread the body started has no context of its own: it is taken as the
+    body's when one audit runs in this process and no real run does; with a real run
+    (or several audits) elsewhere in this process it cannot be told apart from theirs,
+    and ``what`` it does is refused (ConfigurationError) rather than written to either."""
+    mine = _SANDBOX.get()
+    if mine is not None:
+        return mine
+    if not _active:  # (the common case, without a lock)
+        _check_not_audit_child(what)
+        return None
+    with _active_lock:
+        active = list(_active)
+    if not active:
+        _check_not_audit_child(what)
+        return None
+    for sandbox in active:
+        if sandbox.whole_process:
+            return sandbox
+    here = threading.current_thread()
+    audits = {id(s.thread) for s in active}
+    threads = [run.thread for run in list(_signals._runs)
+               if getattr(run, "thread", None) is not None]
+    if any(t is here for t in threads):
+        return None  # a real run's own thread (the audit's has its context)
+    elsewhere = [t for t in threads if id(t) not in audits]
+    if len(active) == 1 and not elsewhere:
+        return active[0]
+    busy = (f"a real run in thread {elsewhere[0].name!r}" if elsewhere
+            else f"{len(active) - 1} other audit(s)")
+    raise ConfigurationError(
+        f"{what} from thread {here.name!r} while f.audit of {active[0].name} runs in "
+        f"this process, and {busy} too: resumable cannot tell whether this thread is "
+        "the audited body's (its writes must stay in the audit) or another's (they must "
+        "reach the store). Run the audit in a process of its own, or call this from the "
+        "body's own thread (or in a thread started with contextvars.copy_context().run).")
+
+
 # -- running the function -------------------------------------------------------------
 
 class _Call:
@@ -922,7 +1029,7 @@ def _hash_seed(k: int) -> str:
 
 def _resume_in_child(work: Path, k: int, target: tuple[str, str], opts: Any, run_id: str,
                      call: _Call, objects: dict[str, bytes], count: int,
-                     ) -> tuple[_Outcome, str]:
+                     sandbox: Sandbox) -> tuple[_Outcome, str]:
     folder = work / f"resume-{k}"
     store = open_store((folder / "store").as_uri())
     for key, blob in objects.items():
@@ -937,11 +1044,15 @@ def _resume_in_child(work: Path, k: int, target: tuple[str, str], opts: Any, run
     (folder / "options").write_bytes(options)
     assert call.blob is not None
     (folder / "call").write_bytes(call.blob)
+    # What the uninterrupted run published (islands): the resume's republish is compared
+    # with it there, and the child's own writes stay in the child.
+    (folder / "sandbox").write_bytes(pickle.dumps(sandbox.snapshot(), protocol=5))
     spec = {"sys_path": sys.path, "module": target[0], "qualname": target[1],
             "run_id": run_id, "count": count, "folder": str(folder)}
     (folder / "spec.json").write_text(json.dumps(spec))
     seed = _hash_seed(k)
-    env = {**os.environ, "PYTHONHASHSEED": seed}
+    # (inherited by processes the body starts: there no Sandbox runs, and islands refuse)
+    env = {**os.environ, "PYTHONHASHSEED": seed, AUDIT_ENV: target[1]}
     code = ("import json, sys; spec = json.load(open(sys.argv[1])); sys.path[:] = "
             "spec['sys_path']; from resumable._audit import _child; sys.exit(_child(spec))")
     proc = subprocess.run([sys.executable, "-c", code, str(folder / "spec.json")], env=env,
@@ -966,7 +1077,10 @@ def _child(spec: dict[str, Any]) -> int:
     args, kwargs = opts.serializer.loads((folder / "call").read_bytes())
     fn: CheckpointedFunction[Any, Any] = CheckpointedFunction(
         func, dataclasses.replace(opts, run_id=spec["run_id"]))
-    with _quiet_runs():
+    # This interpreter exists for the audit: every thread of it writes to the sandbox.
+    sandbox = Sandbox(spec["qualname"], pickle.loads((folder / "sandbox").read_bytes()),
+                      whole_process=True)
+    with _quiet_runs(), _sandboxed(sandbox):
         outcome = _drive(fn.iter(*args, **kwargs), spec["count"], opts.serializer.dumps)
     (folder / "outcome").write_bytes(
         pickle.dumps((outcome.states, outcome.stopped, outcome.result)))
@@ -1011,6 +1125,8 @@ class _Audit:
         self.label = uuid.uuid4().hex[:12]
         self.run_id = f"audit-{self.label}"
         self.reference = _TempStore(self.label)
+        # What the body writes to shared places (islands): this audit's, nobody else's.
+        self.sandbox = Sandbox(self.name)
         self.expected: list[bytes] = []  # the uninterrupted run's pickled states
         self.digests: list[bytes] = []
         # The run returned within ``steps``: each resume must return the same value.
@@ -1023,7 +1139,7 @@ class _Audit:
     def run(self) -> AuditReport:
         rng_before = _rng.capture()
         try:
-            with _quiet_runs():
+            with _quiet_runs(), _sandboxed(self.sandbox):
                 self._uninterrupted()
                 # A run that returned is also resumed from its last checkpoint (killed
                 # before its result was stored): the body then only returns.
@@ -1049,6 +1165,7 @@ class _Audit:
             return True
 
         args, kwargs = self.call.fresh()
+        self.sandbox.new_run()
         states = _clone(self.fn, self.opts, self.reference, self.run_id).iter(*args, **kwargs)
         outcome = _drive(states, self.steps, self.serializer.dumps, keep)
         if outcome.stopped is not None and outcome.stopped != "returned":
@@ -1101,10 +1218,12 @@ class _Audit:
             if self.work is None:
                 self.work = Path(tempfile.mkdtemp(prefix="resumable-audit-"))
             outcome, seed = _resume_in_child(self.work, k, self.target, self.opts,
-                                             self.run_id, self.call, objects, drive)
+                                             self.run_id, self.call, objects, drive,
+                                             self.sandbox)
             where = f" in a new interpreter (PYTHONHASHSEED={seed})"
         else:
             args, kwargs = self.call.fresh()
+            self.sandbox.new_run()
             clone = _clone(self.fn, self.opts, _store_with(f"{self.label}-{k}", objects),
                            self.run_id)
             # Compared at each yield, so a divergent resume stops there.

@@ -33,6 +33,15 @@ the plan, and ``finish(island, generation)`` records a create-only
 once). A create-only write the store refuses with nothing there to read (a local folder
 at the name) is a StoreError naming the key, never a zombie's conflict; a reader sees no
 object at a folder's name (as on S3), and its timeout's message names the keys below it.
+
+``f.audit`` of an island body never writes to the experiment: while the audit runs the
+body (its thread; a thread the body starts when no real run shares the process; every
+thread of a ``fresh_process=True`` interpreter), the plan, migrants and finish markers it
+writes go to the audit's private overlay, and reads look there first, then in the store.
+The island's own objects are the audit's alone, so a resume's republish is compared with
+the audit's uninterrupted run's (a non-deterministic body is still caught). A neighbour's
+migrants that are nowhere are a ConfigurationError at once, never a wait: the audit
+needs them to exist in the experiment already.
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import _format, _settings
-from ._audit import TOO_DEEP, first_difference
+from ._audit import TOO_DEEP, Sandbox, current_sandbox, first_difference
 from ._decorator import _signing_key
 from ._errors import (
     EXIT_CORRUPT,
@@ -193,9 +202,7 @@ class Archipelago:
         self._key = _signing_key(signing_key)
         self._serializer = get_serializer(serializer)
         self._jitter = random.Random()  # private: never draws from the captured global RNG
-        self._plan_checked = False
-        self._ended: dict[int, int] = {}  # islands whose finish marker was read or written
-        self._unfinished: set[int] = set()  # islands publishing here that had no marker
+        self._real = _Experiment(self.store)  # what runs outside an f.audit read and write
 
     def plan(self) -> dict[str, Any]:
         """What every island of the experiment must agree on: which generations migrate,
@@ -215,14 +222,15 @@ class Archipelago:
         ``topology``, ``every``, ``generations`` or serializer would otherwise read other
         neighbours' migrants than before (a silently different result) or wait for
         generations that are never published (a MigrationError after the timeout)."""
-        if self._plan_checked:
+        io = self._io()
+        if io.plan_checked:
             return
         key = f"{self.experiment}/{PLAN}"
         where = f"{self.store.url.rstrip('/')}/{key}"
         ours = json.dumps(self.plan(), sort_keys=True, separators=(",", ":")).encode()
         data = _format.encode([ours], kind=PLAN, serializer="raw", created=0.0, name=key,
                               key=self._key)
-        existing = self._create(key, data, "the plan")
+        existing = self._create(io, key, data, "the plan", own=False)
         if existing is not None:
             theirs = bytes(self._verified(
                 existing, PLAN, key, f"the plan of experiment {self.experiment!r} at {where}",
@@ -235,19 +243,34 @@ class Archipelago:
                     "needs the same islands, topology, every, generations and serializer. "
                     "Fix this island's settings, or use a new experiment name for a new plan."
                 )
-        self._plan_checked = True
+        io.plan_checked = True
 
-    def _create(self, key: str, data: Any, what: str) -> Any:
+    def _io(self) -> _Experiment:
+        """Where this call reads and writes: the experiment's store, or, in the body of
+        an ``f.audit``, that audit's overlay on it (one per audit and Archipelago)."""
+        sandbox = current_sandbox(f"Archipelago of experiment {self.experiment!r}: a "
+                                  "migration, plan or finish marker")
+        if sandbox is None:
+            return self._real
+        with sandbox.lock:
+            entry = sandbox.caches.get(id(self))
+            if entry is None or entry[0] is not self:
+                entry = sandbox.caches[id(self)] = (self, _Audited(self.store, sandbox))
+        io: _Experiment = entry[1]
+        return io
+
+    def _create(self, io: _Experiment, key: str, data: Any, what: str, *, own: bool) -> Any:
         """Create the object ``key`` (create-only): None when this call created it, else
         the bytes already there. A store that refuses the create yet has nothing to read
         (something other than an object at that name, or a deletion each time) is a
-        StoreError naming the key, never taken for a conflicting object."""
+        StoreError naming the key, never taken for a conflicting object. ``own``: an
+        object of the writing island (in an audit, only the audit's own count)."""
         where = f"{self.store.url.rstrip('/')}/{key}"
         with self._naming(what):
             for _ in range(_CREATE_TRIES):
-                if self.store.put_if_absent(key, data):
+                if io.put_if_absent(key, data, own=own):
                     return None
-                existing = self.store.get(key)
+                existing = io.get(key, own=own)
                 if existing is not None:
                     return existing
         raise StoreError(
@@ -267,12 +290,12 @@ class Archipelago:
             raise StoreError(f"{what} of experiment {self.experiment!r}: {err}",
                              url=err.url, key=err.key) from err
 
-    def _keys_below(self, key: str, island: int) -> str:
+    def _keys_below(self, io: _Experiment, key: str, island: int) -> str:
         """What a timeout's message adds when keys lie below the awaited object's name
         (a folder there): on a store where a name cannot be both (a local folder) the
         sender's publish fails with a StoreError, so the wait was for nothing."""
         try:
-            below = self.store.list(f"{key}/")
+            below = io.list(f"{key}/")
         except ResumableError:  # (only a hint: the timeout is the error)
             return ""
         if not below:
@@ -299,17 +322,17 @@ class Archipelago:
     def _finished_where(self, island: int) -> str:
         return f"{self.store.url.rstrip('/')}/{self._finished_key(island)}"
 
-    def _ended_at(self, island: int) -> int | None:
+    def _ended_at(self, io: _Experiment, island: int, *, own: bool) -> int | None:
         """The generation ``island``'s run ended at, as its finish marker says, or None."""
-        if island in self._ended:
-            return self._ended[island]
+        if island in io.ended:
+            return io.ended[island]
         key = self._finished_key(island)
         with self._naming(f"the finish marker of island {island}"):
-            data = self.store.get(key)
+            data = io.get(key, own=own)
         if data is None:
             return None
         end = self._end_in(data, island)
-        self._ended[island] = end  # create-only: it never changes
+        io.ended[island] = end  # create-only: it never changes
         return end
 
     def _end_in(self, data: Any, island: int) -> int:
@@ -337,11 +360,13 @@ class Archipelago:
         generation = _integer("generation", generation, 0, "an int >= 0")
         self._check_generation(f"island {island}", generation, "finishes at")
         self._check_plan()
+        io = self._io()
         key = self._finished_key(island)
         ours = json.dumps({"generation": generation}, separators=(",", ":")).encode()
         data = _format.encode([ours], kind=FINISHED, serializer="raw", step=generation,
                               epoch=island, created=0.0, name=key, key=self._key)
-        existing = self._create(key, data, f"the finish marker of island {island}")
+        existing = self._create(io, key, data, f"the finish marker of island {island}",
+                                own=True)
         if existing is not None:
             end = self._end_in(existing, island)
             if end != generation:
@@ -352,7 +377,7 @@ class Archipelago:
                     "generation on every attempt (draw randomness only from the captured "
                     "RNGs). A longer run needs a new experiment name."
                 )
-        self._ended[island] = generation
+        io.ended[island] = generation
 
     def key(self, island: int, generation: int) -> str:
         island = self._check_island(island)
@@ -386,12 +411,13 @@ class Archipelago:
         key = self.key(island, generation)
         self._check_generation(f"island {island}", generation, "publishes at")
         self._check_plan()
-        end = self._ended.get(island)
-        if end is None and island not in self._unfinished:
+        io = self._io()
+        end = io.ended.get(island)
+        if end is None and island not in io.unfinished:
             # Read once: only this island (a later call of this body) writes its marker.
-            end = self._ended_at(island)
+            end = self._ended_at(io, island, own=True)
             if end is None:
-                self._unfinished.add(island)
+                io.unfinished.add(island)
         if end is not None and generation > end:
             raise ConfigurationError(
                 f"island {island} of experiment {self.experiment!r} publishes emigrants "
@@ -406,8 +432,8 @@ class Archipelago:
         data = _format.encode(frames, kind=KIND, serializer=self._serializer.name,
                               step=generation, epoch=island, created=float(generation),
                               name=key, key=self._key)
-        existing = self._create(key, data, f"the emigrants of island {island} at generation "
-                                           f"{generation}")
+        existing = self._create(io, key, data, f"the emigrants of island {island} at "
+                                               f"generation {generation}", own=True)
         if existing is None or bytes(existing) == join_payload(data):
             return
         # Other bytes, maybe the same values (a resumed island: see the module's text).
@@ -432,6 +458,15 @@ class Archipelago:
             return
         where = (f" They differ at {found.path} ({found.reason}): {found.expected} "
                  f"there, {found.actual} now.")
+        if isinstance(io, _Audited):
+            raise MigrantConflictError(
+                f"f.audit of {io.sandbox.name}: island {island} of experiment "
+                f"{self.experiment!r} published emigrants for generation {generation} that "
+                "differ from those the audit's uninterrupted run published for it (kept in "
+                f"the audit, never written to {self.where(island, generation)}):{where} The "
+                "island's body is not deterministic: a resumed island would fail here "
+                "(draw randomness only from the captured RNGs)."
+            )
         raise MigrantConflictError(
             f"island {island} of experiment {self.experiment!r} published emigrants for "
             f"generation {generation} that differ from those already at "
@@ -449,19 +484,20 @@ class Archipelago:
         who = "" if reader is None else f"island {reader} "
         self._check_generation(f"island {reader}" if reader is not None else "a reader",
                                generation, f"receives island {island}'s emigrants at")
+        io = self._io()
         deadline = time.monotonic() + self.timeout
         pause = 0.02
         what = f"the emigrants of island {island} at generation {generation}"
         while True:
             with self._naming(what):
-                data = self.store.get(key)
+                data = io.get(key, own=False)
             if data is not None:
                 return self._decode(data, island, generation)
-            end = self._ended_at(island)
+            end = self._ended_at(io, island, own=False)
             if end is not None:
                 # The marker comes after the island's last publish: read once more.
                 with self._naming(what):
-                    data = self.store.get(key)
+                    data = io.get(key, own=False)
                 if data is not None:
                     return self._decode(data, island, generation)
                 raise ConfigurationError(
@@ -477,6 +513,8 @@ class Archipelago:
                        "Its body must call migrate() at every generation up to its "
                        "last; if the object was deleted, use a new experiment name.")
                 )
+            if isinstance(io, _Audited):
+                raise io.missing(self, island, generation, who)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise MigrationError(
@@ -484,7 +522,7 @@ class Archipelago:
                     f"generation {generation} of experiment {self.experiment!r} "
                     f"({self.where(island, generation)}): is island {island} running, and "
                     f"with the same store? Raise ${TIMEOUT_ENV} if its pods restart slowly."
-                    + self._keys_below(key, island)
+                    + self._keys_below(io, key, island)
                 )
             time.sleep(min(left, pause * (0.5 + self._jitter.random())))
             pause = min(pause * 1.5, 2.0)
@@ -525,6 +563,82 @@ class Archipelago:
                 f"island {island!r} is not in 0..{self.islands - 1} {where}"
             )
         return value
+
+
+class _Experiment:
+    """The experiment's store as an Archipelago reads and writes it, with what it caches
+    about the objects there (create-only objects never change)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.plan_checked = False
+        self.ended: dict[int, int] = {}  # islands whose finish marker was read or written
+        self.unfinished: set[int] = set()  # islands publishing here that had no marker
+
+    def get(self, key: str, *, own: bool) -> Any:
+        return self.store.get(key)
+
+    def put_if_absent(self, key: str, data: Any, *, own: bool) -> bool:
+        return self.store.put_if_absent(key, data)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.store.list(prefix)
+
+
+class _Audited(_Experiment):
+    """In the body of an ``f.audit``: writes go to the audit's private overlay, never to
+    the store; reads look in the overlay, then in the store (read-only). The writing
+    island's own objects (``own``: its migrants and finish marker) are the audit's
+    alone: the audit may run the body with other arguments than the experiment's real
+    run, and a resume's republish is compared with what this audit's uninterrupted run
+    published, as a resumed island's is with its first attempt's. The plan and the
+    other islands' objects are read through: an audit reads the neighbours' real
+    migrants, under the experiment's plan."""
+
+    def __init__(self, store: Store, sandbox: Sandbox) -> None:
+        super().__init__(store)
+        self.sandbox = sandbox
+
+    def _name(self, key: str) -> tuple[str, str]:
+        return self.store.url, key
+
+    def get(self, key: str, *, own: bool) -> Any:
+        with self.sandbox.lock:
+            blob = self.sandbox.objects.get(self._name(key))
+        if blob is not None:
+            return bytearray(blob)
+        return None if own else self.store.get(key)
+
+    def put_if_absent(self, key: str, data: Any, *, own: bool) -> bool:
+        blob = join_payload(data)
+        if not own and self.store.get(key) is not None:
+            return False  # (read before the lock: no store request holds it)
+        with self.sandbox.lock:
+            if self._name(key) in self.sandbox.objects:
+                return False
+            self.sandbox.objects[self._name(key)] = blob
+            return True
+
+    def list(self, prefix: str) -> list[str]:
+        with self.sandbox.lock:
+            mine = {k for (url, k) in self.sandbox.objects
+                    if url == self.store.url and k.startswith(prefix)}
+        return sorted(mine | set(self.store.list(prefix)))
+
+    def missing(self, archipelago: Archipelago, island: int, generation: int,
+                who: str) -> ConfigurationError:
+        """An audit does not wait for a neighbour (it might wait for ever: nobody runs
+        it for the audit); what it needs must already be in the experiment."""
+        return ConfigurationError(
+            f"f.audit of {self.sandbox.name}: {who or 'a reader '}needs the emigrants of "
+            f"island {island} at generation {generation} of experiment "
+            f"{archipelago.experiment!r} ({archipelago.where(island, generation)}, key "
+            f"{archipelago.key(island, generation)!r}), which neither the experiment's "
+            "store nor this audit holds. An audit never writes to the experiment and "
+            "never waits for a neighbour: the migrants it reads must already exist (audit "
+            f"after island {island}'s real run has published generation {generation}), "
+            "or audit fewer steps (steps=) or generations, so that the body does not "
+            "reach that migration.")
 
 
 def _integer(name: str, value: Any, minimum: int, what: str) -> int:

@@ -1,0 +1,312 @@
+"""``f.audit`` of an island body never writes to the real experiment.
+
+The audit runs the body (uninterrupted, then resumed from each checkpoint), and the body
+migrates and finishes. Every write of those runs (plan, migrants, finish marker) goes to
+a private overlay of the audit; reads look there first, then in the experiment's store.
+Each test compares the experiment's folder before and after the audit, and runs the real
+islands afterwards. No test sleeps: threads are coordinated with events.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable import ConfigurationError, ResumableError, checkpointed
+from resumable.islands import Archipelago
+
+# The islands' own checkpoints (not the experiment): runs are told apart by their
+# arguments, which name each test's folder. The audit never writes here.
+RUNS = "memory://islands-audit-runs"
+# Island 0 receives from nobody, island 1 from island 0: islands can run one after the
+# other (0 first), so no test needs two real islands running at once.
+TOPOLOGY = {0: [], 1: [0]}
+
+# In this process only (a fresh interpreter has none): events set and awaited by the body,
+# keyed by (experiment, island, generation, what).
+EVENTS: dict[tuple[str, int, int, str], threading.Event] = {}
+# Archipelagos shared by every call of the body in this process (one module-level object,
+# as in the README), keyed by (folder, experiment).
+SHARED: dict[tuple[str, str], Archipelago] = {}
+
+
+def _archipelago(folder: str, experiment: str, shared: bool, timeout: float) -> Archipelago:
+    if not shared:  # the body makes its own, on every call (and in a fresh interpreter)
+        return Archipelago(folder, experiment, 2, TOPOLOGY, every=2, timeout=timeout)
+    key = (folder, experiment)
+    if key not in SHARED:
+        SHARED[key] = Archipelago(folder, experiment, 2, TOPOLOGY, every=2, timeout=timeout)
+    return SHARED[key]
+
+
+def _event(experiment: str, index: int, generation: int, what: str) -> threading.Event | None:
+    return EVENTS.get((experiment, index, generation, what))
+
+
+def _exchange(arch: Archipelago, index: int, generation: int, emigrants: Any,
+              experiment: str) -> list[Any]:
+    gate = _event(experiment, index, generation, "gate")
+    if gate is not None:  # the test holds this body here (set once: later runs pass)
+        entered = _event(experiment, index, generation, "entered")
+        assert entered is not None
+        entered.set()
+        assert gate.wait(120)
+    arch.publish(index, generation, emigrants)
+    published = _event(experiment, index, generation, "published")
+    if published is not None:
+        published.set()
+    return [arch.receive(s, generation, reader=index) for s in arch.sources[index]]
+
+
+@checkpointed(store=RUNS)
+def island(folder: str, experiment: str, index: int, generations: int, *,
+           noise: bool = False, shared: bool = False, in_thread: bool = False,
+           timeout: float = 600.0, state: dict[str, Any] | None = None) -> Generator[Any]:
+    """A tiny island: ``noise`` adds emigrants the state does not determine (os.urandom,
+    never captured); ``in_thread`` migrates from a thread the body starts."""
+    arch = _archipelago(folder, experiment, shared, timeout)
+    if state is None:
+        rng = random.Random(index)
+        state = {"generation": 0, "pop": [rng.random() for _ in range(4)], "sent": [],
+                 "got": []}
+    while state["generation"] < generations:
+        state["generation"] += 1
+        g = state["generation"]
+        state["pop"] = [x * 0.9 + random.random() * 0.1 for x in state["pop"]]  # captured
+        if arch.due(g):
+            emigrants: Any = [max(state["pop"])]
+            if noise:
+                emigrants.append(os.urandom(8).hex())
+            if in_thread:
+                out: list[Any] = []
+                errors: list[BaseException] = []
+
+                def work(g: int = g, emigrants: Any = emigrants, out: list[Any] = out,
+                         errors: list[BaseException] = errors) -> None:
+                    try:
+                        out.extend(_exchange(arch, index, g, emigrants, experiment))
+                    except BaseException as err:
+                        errors.append(err)
+
+                worker = threading.Thread(target=work)
+                worker.start()
+                worker.join()
+                if errors:
+                    raise errors[0]
+                immigrants = out
+            else:
+                immigrants = _exchange(arch, index, g, emigrants, experiment)
+            state["sent"].append(emigrants)
+            state["got"].append(immigrants)
+        yield state
+    arch.finish(index, state["generation"])
+    return state
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "experiment"
+    root.mkdir()
+    return root
+
+
+def test_an_audit_with_fewer_generations_leaves_the_experiment_as_it_was(folder: Path) -> None:
+    """island.audit(..., 3) of a run that really goes to 6: before, the audit wrote the plan,
+    island 0's migrants of generation 2 and a finish marker at 3 into the experiment, and
+    the real island 0 then failed at generation 4 ('already finished at generation 3')."""
+    url, exp = str(folder), "exp"
+    before = _files(folder)
+    report = island.audit(url, exp, 0, 3, shared=True, steps=5)
+    assert report.ok, report
+    assert report.resumes >= 3
+    assert _files(folder) == before == {}
+    # The real islands, afterwards (island 0 through the same module-level Archipelago
+    # the audit's body used): their full run, nothing refused.
+    zero = island(url, exp, 0, 6, shared=True)
+    one = island(url, exp, 1, 6, shared=True)
+    assert zero["generation"] == one["generation"] == 6
+    assert one["got"] == [[sent] for sent in zero["sent"]]
+    assert sorted(_files(folder)) == ["exp/finished/0", "exp/finished/1",
+                                      "exp/migrants/0/2", "exp/migrants/0/4",
+                                      "exp/migrants/0/6", "exp/migrants/1/2",
+                                      "exp/migrants/1/4", "exp/migrants/1/6", "exp/plan"]
+
+
+def test_an_audit_reads_neighbours_migrants_already_in_the_experiment(folder: Path) -> None:
+    url, exp = str(folder), "exp"
+    zero = island(url, exp, 0, 6)
+    before = _files(folder)
+    report = island.audit(url, exp, 1, 6, steps=6)
+    assert report.ok, report
+    assert report.resumes >= 6
+    assert _files(folder) == before
+    assert "exp/migrants/1/2" not in before and "exp/finished/1" not in before
+    one = island(url, exp, 1, 6)  # the real island 1 reads what island 0 published
+    assert one["got"] == [[sent] for sent in zero["sent"]]
+
+
+@pytest.mark.timeout(120)
+def test_missing_neighbours_fail_the_audit_at_once_naming_what_it_needs(folder: Path) -> None:
+    """Island 0 never ran: an island's wait would last the timeout (600 s here); the
+    audit's body fails at once instead, naming the island, generation and key."""
+    url, exp = str(folder), "exp"
+    with pytest.raises(ResumableError) as caught:
+        island.audit(url, exp, 1, 6)
+    text = str(caught.value) + str(caught.value.__cause__)
+    assert "island 0" in text and "generation 2" in text and "exp/migrants/0/2" in text
+    assert "audit" in text.lower()
+    assert _files(folder) == {}
+
+
+def test_a_non_deterministic_island_body_still_diverges(folder: Path) -> None:
+    """Emigrants the state does not determine: a resume republishes other values than the
+    audit's own uninterrupted run did, and the audit says so; the experiment is untouched."""
+    url, exp = str(folder), "exp"
+    report = island.audit(url, exp, 0, 6, noise=True, steps=6)
+    assert not report.ok, report
+    assert "MigrantConflictError" in (report.detail or ""), report
+    assert _files(folder) == {}
+    # The deterministic body's real run afterwards is not held to the audit's migrants.
+    assert island(url, exp, 0, 6)["generation"] == 6
+
+
+def test_fresh_process_audits_write_nothing_either(folder: Path) -> None:
+    url, exp = str(folder), "exp"
+    island(url, exp, 0, 6)
+    before = _files(folder)
+    report = island.audit(url, exp, 1, 6, steps=6, fresh_process=True)
+    assert report.ok, report
+    assert report.fresh_process and report.resumes >= 6
+    assert _files(folder) == before
+    # A non-deterministic body is caught in the fresh interpreters too: each compares its
+    # republish with the audit's uninterrupted run's, handed to it.
+    noisy = island.audit(url, "exp-noise", 0, 4, noise=True, steps=4, fresh_process=True)
+    assert not noisy.ok, noisy
+    assert "MigrantConflictError" in (noisy.detail or ""), noisy
+    assert _files(folder) == before
+    assert island(url, exp, 1, 6)["generation"] == 6
+
+
+def test_a_body_that_migrates_in_its_own_thread_writes_nothing(folder: Path) -> None:
+    url, exp = str(folder), "exp"
+    report = island.audit(url, exp, 0, 6, in_thread=True, steps=6)
+    assert report.ok, report
+    assert _files(folder) == {}
+    noisy = island.audit(url, exp, 0, 6, in_thread=True, noise=True, steps=6)
+    assert not noisy.ok and "MigrantConflictError" in (noisy.detail or ""), noisy
+    assert _files(folder) == {}
+    assert island(url, exp, 0, 6, in_thread=True)["generation"] == 6
+    assert "exp/finished/0" in _files(folder)
+
+
+def test_an_audit_that_fails_leaves_this_thread_writing_to_the_real_store(
+        folder: Path) -> None:
+    url, exp = str(folder), "exp"
+    with pytest.raises(ResumableError):
+        island.audit(url, exp, 1, 6)  # island 0's migrants are missing
+    arch = Archipelago(url, exp, 2, TOPOLOGY, every=2)
+    arch.publish(0, 2, ["real"])
+    assert sorted(_files(folder)) == ["exp/migrants/0/2", "exp/plan"]
+    arch.finish(0, 2)
+    assert "exp/finished/0" in _files(folder)
+    with pytest.raises(ConfigurationError, match="already finished at generation 2"):
+        Archipelago(url, exp, 2, TOPOLOGY, every=2).finish(0, 4)  # read back from the folder
+
+
+def test_a_real_island_in_another_thread_writes_to_the_experiment_during_an_audit(
+        folder: Path) -> None:
+    """The audit's body is held at generation 2 while a real island 1 runs in another
+    thread of this process and publishes: its objects land in the experiment, the
+    audit's do not, and the real island later reads the real island 0's migrants."""
+    url, exp = str(folder), "exp"
+    entered, gate, published = threading.Event(), threading.Event(), threading.Event()
+    EVENTS[(exp, 0, 2, "entered")], EVENTS[(exp, 0, 2, "gate")] = entered, gate
+    EVENTS[(exp, 1, 2, "published")] = published
+    reports: list[Any] = []
+    results: dict[str, Any] = {}
+    try:
+        auditor = threading.Thread(
+            target=lambda: reports.append(island.audit(url, exp, 0, 6, noise=True, steps=6)))
+        auditor.start()
+        assert entered.wait(120)
+
+        def real_one() -> None:
+            try:
+                results["one"] = island(url, exp, 1, 6)
+            except BaseException as err:
+                results["error"] = err
+
+        real = threading.Thread(target=real_one)
+        real.start()
+        assert published.wait(120)  # the real island 1 published while the audit runs
+        gate.set()
+        auditor.join(120)
+        assert not auditor.is_alive()
+        assert not reports[0].ok and "MigrantConflictError" in reports[0].detail
+        assert sorted(_files(folder)) == ["exp/migrants/1/2", "exp/plan"]
+        zero = island(url, exp, 0, 6)
+        real.join(120)
+        assert not real.is_alive()
+        assert "error" not in results, results.get("error")
+        assert results["one"]["generation"] == zero["generation"] == 6
+        assert "exp/finished/0" in _files(folder) and "exp/finished/1" in _files(folder)
+    finally:
+        gate.set()
+        for key in [k for k in EVENTS if k[0] == exp]:
+            del EVENTS[key]
+
+
+def test_a_body_thread_is_refused_while_a_real_island_runs_in_this_process(
+        folder: Path) -> None:
+    """The audited body migrates from a thread it starts, while a real island 1 runs in
+    another thread of this process: that thread cannot be told apart from one of the
+    real island's, so its migration is refused (never written to the store, never
+    taken from the real island), and the real island goes on afterwards."""
+    url, exp = str(folder), "exp"
+    published = threading.Event()
+    EVENTS[(exp, 1, 2, "published")] = published
+    results: dict[str, Any] = {}
+    try:
+        def real_one() -> None:
+            try:
+                results["one"] = island(url, exp, 1, 6)
+            except BaseException as err:
+                results["error"] = err
+
+        real = threading.Thread(target=real_one)
+        real.start()
+        assert published.wait(120)  # now waiting for island 0's generation 2
+        with pytest.raises(ResumableError, match="cannot tell whether this thread"):
+            island.audit(url, exp, 0, 6, in_thread=True, steps=6)
+        assert sorted(_files(folder)) == ["exp/migrants/1/2", "exp/plan"]
+        # From the body's own thread it is fine: the audit's context says whose it is.
+        assert island.audit(url, exp, 0, 6, steps=6).ok
+        assert sorted(_files(folder)) == ["exp/migrants/1/2", "exp/plan"]
+        island(url, exp, 0, 6)
+        real.join(120)
+        assert not real.is_alive()
+        assert "error" not in results, results.get("error")
+        assert results["one"]["generation"] == 6
+    finally:
+        for key in [k for k in EVENTS if k[0] == exp]:
+            del EVENTS[key]
+
+
+def test_a_process_the_audited_body_starts_in_a_fresh_interpreter_is_refused(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Such a process (not forked) inherits $RESUMABLE_AUDIT_CHILD and no overlay."""
+    monkeypatch.setenv("RESUMABLE_AUDIT_CHILD", "island")
+    with pytest.raises(ConfigurationError, match=r"started by the body of f\.audit"):
+        Archipelago(str(folder), "exp", 2, TOPOLOGY, every=2).publish(0, 2, ["x"])
+    assert _files(folder) == {}
