@@ -812,6 +812,7 @@ class Sandbox:
         self.lock = threading.RLock()
         self.thread = threading.current_thread()
         self.whole_process = whole_process  # a fresh interpreter: every thread is the body's
+        self.inferred: set[int] = set()  # threads taken as the body's without its context
 
     def new_run(self) -> None:
         with self.lock:
@@ -883,7 +884,15 @@ def current_sandbox(what: str) -> Sandbox | None:
         return None  # a real run's own thread (the audit's has its context)
     elsewhere = [t for t in threads if id(t) not in audits]
     if len(active) == 1 and not elsewhere:
-        return active[0]
+        sandbox = active[0]
+        with sandbox.lock:
+            first = id(here) not in sandbox.inferred
+            sandbox.inferred.add(id(here))
+        if first:  # (said once: a thread of another, unrelated caller would be taken too)
+            log.info("f.audit of %s: %s from thread %r, which is not the audit's, is taken "
+                     "as the audited body's (it stays in the audit)", sandbox.name, what,
+                     here.name)
+        return sandbox
     busy = (f"a real run in thread {elsewhere[0].name!r}" if elsewhere
             else f"{len(active) - 1} other audit(s)")
     raise ConfigurationError(

@@ -310,3 +310,17 @@ def test_a_process_the_audited_body_starts_in_a_fresh_interpreter_is_refused(
     with pytest.raises(ConfigurationError, match=r"started by the body of f\.audit"):
         Archipelago(str(folder), "exp", 2, TOPOLOGY, every=2).publish(0, 2, ["x"])
     assert _files(folder) == {}
+
+
+def test_the_audited_islands_own_real_objects_do_not_bind_the_audit(folder: Path) -> None:
+    """The real island 1 already ran (with emigrants of its own: noise) and finished at
+    6; an audit of island 1 for 4 generations, with other emigrants, compares its
+    republishes with its own uninterrupted run only: no conflict with the real migrants,
+    no 'already finished at 6', nothing written."""
+    url, exp = str(folder), "exp"
+    island(url, exp, 0, 6)
+    island(url, exp, 1, 6, noise=True)
+    before = _files(folder)
+    report = island.audit(url, exp, 1, 4, steps=5)
+    assert report.ok, report
+    assert _files(folder) == before
