@@ -56,7 +56,7 @@ _kind_of = object_kind  # (the record kind a name must hold)
 class ObjectInfo:
     name: str
     kind: str
-    bytes: int
+    bytes: int | None  # None: not read (a file resumable never writes)
     step: int | None = None
     epoch: int | None = None
     created: str | None = None
@@ -68,6 +68,9 @@ class ObjectInfo:
     signature_checked: bool = False
     problem: str | None = None
     tampered: bool = False
+    # A name resumable never writes (someone's model.pt): not read, so neither verified
+    # nor damage to the run (no problem, bytes and verified null in --json).
+    foreign: bool = False
 
 
 def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, int] | None:
@@ -101,7 +104,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     if kind == "?":
         # Someone else's file (a model, notes, a FIFO): never read, not even its head (a
         # 400 MB file was read whole to be skipped; a FIFO hung the command, review 37)
-        return ObjectInfo(name, kind, 0, problem=FOREIGN)
+        return ObjectInfo(name, kind, None, verified=None, foreign=True)
     found: tuple[bytes | bytearray | memoryview, int] | None
     if full:
         whole = store.get(f"{run_id}/{name}")
@@ -575,7 +578,7 @@ def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, A
 def _foreign(info: ObjectInfo) -> bool:
     """An object whose name the library never writes in a run's folder (someone's
     notes, a tool's marker): never read, so its content is no damage to the run."""
-    return not _kind_of(info.name)
+    return info.foreign
 
 
 def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) -> int:
@@ -597,8 +600,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     infos = [_inspect(store, args.run_id, n, key) for n in names]
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
     for info in infos:
-        if info.problem and _foreign(info):
-            print(f"skip  {info.name}: {info.problem}")
+        if _foreign(info):
+            print(f"skip  {info.name}: {FOREIGN}")
             continue
         print(f"{'FAIL' if info.problem else 'ok  '}  {info.name}"
               + (f": {info.problem}" if info.problem else ""))
@@ -609,7 +612,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = _verdict(args, store, infos)
     if failed:
         return failed
-    verified = sum(1 for i in infos if not i.problem)
+    verified = sum(1 for i in infos if not i.problem and not _foreign(i))
     print(f"run {args.run_id}: {verified} object(s) verified, {len(ckpts)} checkpoint(s)")
     return 0
 

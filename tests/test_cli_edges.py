@@ -312,3 +312,14 @@ def test_a_file_resumable_never_writes_is_shown_as_not_its_own_not_as_damage(
     assert verified.returncode == 0, verified.stderr
     line = next(x for x in verified.stdout.splitlines() if "model.pt" in x)
     assert line == "skip  model.pt: a name resumable never writes: not read", line
+    counted = verified.stdout.splitlines()[-1]
+    objects = sum(1 for p in (tmp_path / "r").iterdir())
+    assert f"{objects - 1} object(s) verified" in counted, counted  # not model.pt
+    # --json (review 40): no problem (a consumer checking it flagged the run), no bytes
+    # (never read, not 0), not verified either way, and marked as someone else's.
+    for verify in ([], ["--verify"]):
+        shown = cli("show", "--json", *verify, str(tmp_path), "r")
+        assert shown.returncode == 0, shown.stderr
+        entry = next(o for o in json.loads(shown.stdout)["objects"] if o["name"] == "model.pt")
+        assert entry["foreign"] is True and entry["problem"] is None, entry
+        assert entry["bytes"] is None and entry["verified"] is None, entry
