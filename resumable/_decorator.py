@@ -513,7 +513,9 @@ class _Execution:
                 snap = self.run.snapshot_forked(state, step, rng, self.pool, known_size)
                 # Once read, its size is the next yield's hint: a state grown past
                 # $RESUMABLE_SNAPSHOT_LIMIT is saved in place from then on, not forked.
-                snap.on_size = self._sized
+                # (weakly: the snapshot is this execution's, and a cycle between the two
+                # kept the last one, a copy of the state, until the cycle collector ran)
+                snap.on_size = _weakly(self._sized)
                 snap.deadline = time.monotonic() + self.fork_timeout + 20 * self.pickle_seconds
             except OSError as err:  # no process or memory left for a child (EAGAIN)
                 log.warning("run %s: could not fork a child to snapshot step %d (%s); "
@@ -985,6 +987,18 @@ class _Execution:
                 # for the cycle collector, and with it the last snapshot (a copy of the
                 # state). The uploader keeps the job it has yet to run (review 39).
                 self.last_job = None
+
+
+def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:
+    """``method``, called only while its object lives (no reference to it is kept)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(value: int) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(value)
+
+    return call
 
 
 def checkpointed(

@@ -4,6 +4,7 @@ must still be one yield's state with that yield's RNG state, never a mix of two.
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
 from pathlib import Path
@@ -72,13 +73,19 @@ def test_every_checkpoint_of_a_fast_small_loop_is_one_yields_state_and_rng(
             assert float(np.random.random()) == reference[ckpt.step]["np"], name
 
 
+@pytest.mark.parametrize("fork", ["0", "1"], ids=["in-process", "forked-snapshots"])
 @pytest.mark.parametrize("size", [0, 1 << 20])
 def test_a_finished_call_lets_go_of_its_snapshots_without_the_cycle_collector(
-        size: int) -> None:
+        size: int, fork: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """65e9e35 kept the last save's job on the execution, and the job refers to the
     execution: a cycle, so after the call returned its last snapshot (a copy of the state)
     stayed in memory until the cycle collector ran (review 39: 64 MiB more per call of a
-    sweep). Without the collector, nothing of the call may be left once it returns."""
+    sweep). Without the collector, nothing of the call may be left once it returns. With
+    $RESUMABLE_SNAPSHOT_FORK=1 a forked snapshot's size callback made the same cycle
+    (review 40, older than 65e9e35)."""
+    if fork == "1" and not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    monkeypatch.setenv("RESUMABLE_SNAPSHOT_FORK", fork)
     import gc
     import weakref
 
