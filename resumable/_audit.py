@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _numpy, _rng, _signals
+from . import _numpy, _rng
 from ._errors import ConfigurationError, ResumableError
 from ._policy import parse_every
 from ._run import RESULT, parse_ckpt_name
@@ -812,7 +812,6 @@ class Sandbox:
         self.lock = threading.RLock()
         self.thread = threading.current_thread()
         self.whole_process = whole_process  # a fresh interpreter: every thread is the body's
-        self.inferred: set[int] = set()  # threads taken as the body's without its context
 
     def new_run(self) -> None:
         with self.lock:
@@ -824,83 +823,71 @@ class Sandbox:
 
 
 AUDIT_ENV = "RESUMABLE_AUDIT_CHILD"  # set in a fresh interpreter of f.audit, for its children
+# Set when this process was started by the body of such an interpreter (read once: it is
+# in the environment the process started with, and the real migrate path asks at every
+# call, review 41).
+_AUDITED_BY = os.environ.get(AUDIT_ENV)
 _SANDBOX: contextvars.ContextVar[Sandbox | None] = contextvars.ContextVar(
     "resumable_audit_sandbox", default=None)
-_active: list[Sandbox] = []  # the sandboxes of the audits running in this process
-_active_lock = threading.Lock()
+_whole_process: Sandbox | None = None  # a fresh interpreter's: every thread of it is the audit's
 
 
 @contextlib.contextmanager
 def _sandboxed(sandbox: Sandbox) -> Iterator[None]:
     """The audit's thread runs the body in ``sandbox`` until the block ends, however."""
+    global _whole_process
     token = _SANDBOX.set(sandbox)
-    with _active_lock:
-        _active.append(sandbox)
+    if sandbox.whole_process:
+        _whole_process = sandbox
     try:
         yield
     finally:
-        with _active_lock:
-            _active.remove(sandbox)
+        if sandbox.whole_process:
+            _whole_process = None
         _SANDBOX.reset(token)
+
+
+def _new_locks_in_child() -> None:
+    # A thread of the body may have held the overlay's lock at the fork (review 41).
+    for sandbox in (_SANDBOX.get(), _whole_process):
+        if sandbox is not None:
+            sandbox.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def _check_not_audit_child(what: str) -> None:
     """A process started (not forked) by the body of an audit's fresh interpreter has no
     sandbox: what it would write to the store is refused."""
-    audited = os.environ.get(AUDIT_ENV)
-    if audited:
+    if _AUDITED_BY:
         raise ConfigurationError(
             f"{what} in a process started by the body of f.audit(fresh_process=True) of "
-            f"{audited} (${AUDIT_ENV} is set): the audit's overlay is not here, and an audit "
-            "never writes to the store. Migrate from the body's own process, or audit "
-            "with fresh_process=False.")
+            f"{_AUDITED_BY} (${AUDIT_ENV} is set): the audit's overlay is not here, and an "
+            "audit never writes to the store. Migrate from the body's own process, or "
+            "audit with fresh_process=False.")
 
 
 def current_sandbox(what: str) -> Sandbox | None:
     """The sandbox of the audit whose body the calling code runs in, or None: the real
-    thing. A thread the body started has no context of its own: it is taken as the
-    body's when one audit runs in this process and no real run does; with a real run
-    (or several audits) elsewhere in this process it cannot be told apart from theirs,
-    and ``what`` it does is refused (ConfigurationError) rather than written to either."""
+    thing.
+
+    Only the audit's own thread, and threads that run in a copy of its context
+    (``contextvars.copy_context().run``, asyncio tasks), are the audit's; in a fresh
+    interpreter of ``fresh_process=True``, every thread. Any other thread is real, even
+    while an audit runs in this process: a thread cannot be told to be the body's by
+    anything else, and guessing (8215498) sent a real island's writes into an unrelated
+    audit's overlay, or refused them (review 41). So a body that migrates from a plain
+    thread it starts writes to the experiment during an audit (README: limits).
+    """
     mine = _SANDBOX.get()
     if mine is not None:
         return mine
-    if not _active:  # (the common case, without a lock)
-        _check_not_audit_child(what)
-        return None
-    with _active_lock:
-        active = list(_active)
-    if not active:
-        _check_not_audit_child(what)
-        return None
-    for sandbox in active:
-        if sandbox.whole_process:
-            return sandbox
-    here = threading.current_thread()
-    audits = {id(s.thread) for s in active}
-    threads = [run.thread for run in list(_signals._runs)
-               if getattr(run, "thread", None) is not None]
-    if any(t is here for t in threads):
-        return None  # a real run's own thread (the audit's has its context)
-    elsewhere = [t for t in threads if id(t) not in audits]
-    if len(active) == 1 and not elsewhere:
-        sandbox = active[0]
-        with sandbox.lock:
-            first = id(here) not in sandbox.inferred
-            sandbox.inferred.add(id(here))
-        if first:  # (said once: a thread of another, unrelated caller would be taken too)
-            log.info("f.audit of %s: %s from thread %r, which is not the audit's, is taken "
-                     "as the audited body's (it stays in the audit)", sandbox.name, what,
-                     here.name)
-        return sandbox
-    busy = (f"a real run in thread {elsewhere[0].name!r}" if elsewhere
-            else f"{len(active) - 1} other audit(s)")
-    raise ConfigurationError(
-        f"{what} from thread {here.name!r} while f.audit of {active[0].name} runs in "
-        f"this process, and {busy} too: resumable cannot tell whether this thread is "
-        "the audited body's (its writes must stay in the audit) or another's (they must "
-        "reach the store). Run the audit in a process of its own, or call this from the "
-        "body's own thread (or in a thread started with contextvars.copy_context().run).")
+    whole = _whole_process
+    if whole is not None:
+        return whole
+    _check_not_audit_child(what)
+    return None
 
 
 # -- running the function -------------------------------------------------------------

@@ -34,10 +34,12 @@ once). A create-only write the store refuses with nothing there to read (a local
 at the name) is a StoreError naming the key, never a zombie's conflict; a reader sees no
 object at a folder's name (as on S3), and its timeout's message names the keys below it.
 
-``f.audit`` of an island body never writes to the experiment: while the audit runs the
-body (its thread; a thread the body starts when no real run shares the process; every
-thread of a ``fresh_process=True`` interpreter), the plan, migrants and finish markers it
-writes go to the audit's private overlay, and reads look there first, then in the store.
+``f.audit`` of an island body does not write to the experiment: while the audit runs the
+body (its thread, threads in a copy of its context, every thread of a
+``fresh_process=True`` interpreter), the plan, migrants and finish markers it writes go
+to the audit's private overlay, and reads look there first, then in the store. Any other
+thread is real, audit or not: a plain thread the body starts, and processes it starts,
+write to the experiment (threads cannot be told to be the body's otherwise).
 The island's own objects are the audit's alone, so a resume's republish is compared with
 the audit's uninterrupted run's (a non-deterministic body is still caught). A neighbour's
 migrants that are nowhere are a ConfigurationError at once, never a wait: the audit
