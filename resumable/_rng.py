@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import logging
 import random
 import struct
@@ -29,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _numpy
+from ._errors import ConfigurationError
 
 log = logging.getLogger("resumable")
 
@@ -168,20 +170,69 @@ def _on_saved_bit_generator(np: Any, saved: Any) -> None:
 
     A body may switch it (``np.random.set_bit_generator(PCG64(seed))`` at its fresh
     start); a new process starts on MT19937, and a restart may go back to before the
-    switch: set_state of the other kind's state fails (review 39). The new generator's
-    seed does not matter, its state is set next.
+    switch: set_state of the other kind's state fails (review 39). The object re-made is
+    the one ``np.random.set_state`` restores (not ``mtrand._rand``, which a program may
+    have replaced with its own, review 40). The new generator's seed does not matter,
+    its state is set next.
     """
     kind = saved[0] if isinstance(saved, tuple) and saved else (
         saved.get("bit_generator") if isinstance(saved, dict) else None)
+    if isinstance(saved, dict) and "state" not in saved:
+        # (randomgen's: numpy's RandomState.set_state takes only states with a "state")
+        raise ConfigurationError(
+            f"numpy's global RNG was saved on the bit generator {kind!r}, whose state numpy's "
+            "RandomState.set_state cannot take back (it has no 'state' entry), so the run "
+            "cannot resume with it: draw from a Generator of that bit generator kept in the "
+            "state (or passed as an argument) instead of numpy's global RNG")
     rs: Any = getattr(np.random.get_state, "__self__", None)
-    current = getattr(rs, "_bit_generator", None)
-    if not isinstance(kind, str) or current is None or type(current).__name__ == kind:
+    if not isinstance(kind, str) or type(rs) is not np.random.RandomState:
         return
-    cls = getattr(np.random, kind, None)
-    setter = getattr(np.random, "set_bit_generator", None)  # numpy >= 1.25 (older: no switch)
-    if (setter is not None and isinstance(cls, type)
-            and issubclass(cls, np.random.BitGenerator)):
-        setter(cls())
+    if kind in _names(type(rs._bit_generator)):
+        return
+    cls = _bit_generator_class(np, kind)
+    if cls is None:
+        raise ConfigurationError(
+            f"numpy's global RNG was saved on the bit generator {kind!r}, which this process "
+            "cannot make: import the module that defines it before the run resumes (numpy "
+            "finds bit generators by name), or keep the generator in the state, not global")
+    try:
+        rs.__init__(cls())
+    except Exception as err:
+        raise ConfigurationError(
+            f"numpy's global RNG was saved on the bit generator {kind!r}, and {cls!r}() "
+            f"cannot be made to restore it: {type(err).__name__}: {err}") from err
+
+
+def _names(cls: type) -> tuple[str, str]:
+    """What a bit generator's state calls its kind: numpy's own write the class name,
+    others (randomgen) the dotted path."""
+    return cls.__name__, f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _bit_generator_class(np: Any, kind: str) -> type | None:
+    """The BitGenerator subclass a saved state names: numpy's own, a dotted path, or any
+    subclass already imported with that name."""
+    base = np.random.BitGenerator
+    found = getattr(np.random, kind, None) if kind.isidentifier() else None
+    if isinstance(found, type) and issubclass(found, base):
+        return found
+    module, _, name = kind.rpartition(".")
+    if module:
+        with contextlib.suppress(Exception):  # (not importable here: searched below)
+            found = getattr(importlib.import_module(module), name, None)
+            if isinstance(found, type) and issubclass(found, base):
+                return found
+    todo: list[type] = [base]
+    seen: set[type] = set()
+    while todo:
+        subclasses: list[type] = todo.pop().__subclasses__()
+        for sub in subclasses:
+            if sub not in seen:
+                seen.add(sub)
+                if kind in _names(sub):
+                    return sub
+                todo.append(sub)
+    return None
 
 
 def _random_state() -> Any:

@@ -788,6 +788,60 @@ def test_numpy_global_rng_is_restored_onto_the_bit_generator_it_was_saved_from(
         np.random.set_state(saved)
 
 
+class _MyPCG(np.random.PCG64):
+    """A user's own bit generator: its state names it "_MyPCG", not a numpy class."""
+
+
+def test_numpy_global_rng_restores_onto_a_users_bit_generator_and_only_numpys_own_object(
+        ) -> None:
+    """Review 40 of edef24b: (1) a subclass of a numpy bit generator (its state names the
+    subclass) was looked up in np.random only, so the restore still failed; (2) the switch
+    went through np.random.set_bit_generator, which re-makes np.random.mtrand._rand: a
+    program that had installed its own RandomState there had it switched to a randomly
+    seeded generator, while the object set_state restores was left on the wrong kind."""
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    original = np.random.mtrand._rand
+    try:
+        np.random.set_bit_generator(_MyPCG(3))
+        state = _rng.capture()
+        expected = np.random.random(4).tolist()
+        mine = np.random.RandomState(np.random.MT19937(7))
+        np.random.mtrand._rand = mine  # the program's own, as mtrand._rand
+        untouched = np.random.RandomState(np.random.MT19937(7)).random(3).tolist()
+        np.random.get_state.__self__.__init__(np.random.MT19937(2))  # a new process
+        _rng.restore(state)
+        assert type(np.random.get_state.__self__._bit_generator) is _MyPCG
+        assert np.random.random(4).tolist() == expected
+        assert type(mine._bit_generator) is np.random.MT19937
+        assert mine.random(3).tolist() == untouched
+    finally:
+        np.random.mtrand._rand = original
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
+@pytest.mark.parametrize("saved_state", [
+    {"bit_generator": "NoSuchBitGenerator", "state": {}, "has_gauss": 0, "gauss": 0.0},
+    {"bit_generator": "other.Gen", "s": [1, 2], "has_gauss": 0, "gauss": 0.0},
+], ids=["unknown-kind", "no-state-entry"])
+def test_a_global_rng_state_numpy_cannot_restore_is_a_configuration_error(
+        saved_state: dict[str, Any]) -> None:
+    """A bit generator this process cannot make, or whose state numpy's set_state cannot
+    take (randomgen's have no "state" entry): a ConfigurationError (exit 78) naming the
+    kind and what to do, not numpy's ValueError."""
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    try:
+        with pytest.raises(ConfigurationError, match=saved_state["bit_generator"]):
+            _rng.restore({"random": random.getstate(), "numpy": saved_state})
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
 def test_a_run_that_switches_numpys_global_bit_generator_resumes(memory_url: str) -> None:
     """The whole story of the test above: the body switches the global RNG to PCG64 at its
     fresh start and fails at step 3; the call again (the global RNG back on MT19937, as
