@@ -15,9 +15,9 @@ to shared places through resumable (an islands experiment's plan, migrants and f
 markers) goes to the audit's ``Sandbox``: a private overlay, one per audit, shared by
 its uninterrupted run and every resume (handed to each fresh interpreter), so a resume's
 republish is compared with the uninterrupted run's. ``current_sandbox()`` says whether
-the calling code runs in an audit's body: the audit's thread (a context variable),
-every thread of a fresh interpreter, and a thread the body starts itself when that is
-unambiguous (one audit running, and no real run in this process).
+the calling code runs in an audit's body: the audit's thread and threads in a copy of
+its context (a context variable) while the audit runs, and every thread of a fresh
+interpreter. Any other thread, and a context copy that outlives its audit, is real.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _numpy, _rng
+from . import _numpy, _rng, _settings
 from ._errors import ConfigurationError, ResumableError
 from ._policy import parse_every
 from ._run import RESULT, parse_ckpt_name
@@ -810,8 +810,10 @@ class Sandbox:
         self.objects: dict[tuple[str, str], bytes] = dict(objects or {})
         self.caches: dict[Any, Any] = {}
         self.lock = threading.RLock()
-        self.thread = threading.current_thread()
         self.whole_process = whole_process  # a fresh interpreter: every thread is the body's
+        # Set when its audit ends: a copy of the audit's context (a worker thread the body
+        # started, an asyncio task) may outlive it, and is real from then on (review 42).
+        self.closed = False
 
     def new_run(self) -> None:
         with self.lock:
@@ -822,11 +824,11 @@ class Sandbox:
             return dict(self.objects)
 
 
-AUDIT_ENV = "RESUMABLE_AUDIT_CHILD"  # set in a fresh interpreter of f.audit, for its children
+AUDIT_ENV = _settings.AUDIT_CHILD.name  # set in a fresh interpreter of f.audit, for its children
 # Set when this process was started by the body of such an interpreter (read once: it is
 # in the environment the process started with, and the real migrate path asks at every
 # call, review 41).
-_AUDITED_BY = os.environ.get(AUDIT_ENV)
+_AUDITED_BY = _settings.AUDIT_CHILD.read()
 _SANDBOX: contextvars.ContextVar[Sandbox | None] = contextvars.ContextVar(
     "resumable_audit_sandbox", default=None)
 _whole_process: Sandbox | None = None  # a fresh interpreter's: every thread of it is the audit's
@@ -842,6 +844,7 @@ def _sandboxed(sandbox: Sandbox) -> Iterator[None]:
     try:
         yield
     finally:
+        sandbox.closed = True  # (before the reset: no moment with the audit still open)
         if sandbox.whole_process:
             _whole_process = None
         _SANDBOX.reset(token)
@@ -878,10 +881,12 @@ def current_sandbox(what: str) -> Sandbox | None:
     while an audit runs in this process: a thread cannot be told to be the body's by
     anything else, and guessing (8215498) sent a real island's writes into an unrelated
     audit's overlay, or refused them (review 41). So a body that migrates from a plain
-    thread it starts writes to the experiment during an audit (README: limits).
+    thread it starts writes to the experiment during an audit (README: limits). A copy of
+    the audit's context used after the audit ended (a worker the body keeps) is real too:
+    its writes went into the dead overlay, and a later real run's with them (review 42).
     """
     mine = _SANDBOX.get()
-    if mine is not None:
+    if mine is not None and not mine.closed:
         return mine
     whole = _whole_process
     if whole is not None:

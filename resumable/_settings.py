@@ -225,11 +225,18 @@ MIGRATION_TIMEOUT = Setting(
     "seconds an island waits for a neighbour's migrants (`resumable.islands`)",
     _seconds, "a number of seconds >= 0, e.g. 600")
 
+AUDIT_CHILD: Setting[str] = Setting(
+    "RESUMABLE_AUDIT_CHILD", "", "none",
+    "set by `f.audit(fresh_process=True)` in the interpreters it starts, for the processes "
+    "their body starts: their islands migrations are refused (an audit never writes to "
+    "the experiment). Internal: never set it yourself",
+    _text, "the audited function's name", strip=False)
+
 SETTINGS: tuple[Setting[Any], ...] = (
     STORE, RUN_ID, SIGNING_KEY, UPLOAD_DUTY, SYNC, SNAPSHOT_LIMIT, SNAPSHOT_COPIES,
     SPILL_DIR, SNAPSHOT_FORK, FORK_TIMEOUT,
     RESTART_BACKOFF,
-    RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT,
+    RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT, AUDIT_CHILD,
 )
 
 

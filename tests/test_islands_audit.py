@@ -392,3 +392,83 @@ def test_the_audited_islands_own_real_objects_do_not_bind_the_audit(folder: Path
     report = island.audit(url, exp, 1, 4, steps=5)
     assert report.ok, report
     assert _files(folder) == before
+
+
+class _Worker:
+    """A long-lived thread a body starts on first use, in a copy of the caller's context
+    (as the README asks of threads that migrate for a body), and runs jobs on."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[Any, threading.Event, list[Any]]] = []
+        self.ready = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def run(self, job: Any) -> Any:
+        if self.thread is None:
+            self.thread = threading.Thread(target=contextvars.copy_context().run,
+                                           args=(self._serve,), daemon=True)
+            self.thread.start()
+        done, out = threading.Event(), []
+        with self.ready:
+            self.jobs.append((job, done, out))
+            self.ready.notify()
+        assert done.wait(120)
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        return out[0]
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            with self.ready:
+                self.jobs.append((None, threading.Event(), []))
+                self.ready.notify()
+            self.thread.join(120)
+
+    def _serve(self) -> None:
+        while True:
+            with self.ready:
+                self.ready.wait_for(lambda: bool(self.jobs))
+                job, done, out = self.jobs.pop(0)
+            if job is None:
+                return
+            try:
+                out.append(job())
+            except BaseException as err:
+                out.append(err)
+            done.set()
+
+
+WORKERS: dict[str, _Worker] = {}
+
+
+@checkpointed(store=RUNS)
+def _via_worker(folder: str, experiment: str, index: int, generations: int, *,
+                state: Any = None) -> Generator[Any]:
+    """Island 0, migrating through the process's worker (started at the first call)."""
+    worker = WORKERS.setdefault(folder, _Worker())
+    arch = Archipelago(folder, experiment, 2, TOPOLOGY, every=2)
+    state = state or {"generation": 0}
+    while state["generation"] < generations:
+        state["generation"] += 1
+        g = state["generation"]
+        if arch.due(g):
+            worker.run(lambda g=g: arch.publish(index, g, [g]))
+        yield state
+    worker.run(lambda: arch.finish(index, state["generation"]))
+    return state
+
+
+def test_a_copy_of_the_audits_context_that_outlives_it_is_real(folder: Path) -> None:
+    """The audit is the process's first call, so the body's worker starts inside it, in
+    a copy of the audit's context, and outlives it: a later real run's migrations
+    through it went into the finished audit's overlay, and the experiment stayed empty
+    (review 42). A copy of the context is the audit's only while the audit runs."""
+    url, exp = str(folder), "exp"
+    try:
+        assert _via_worker.audit(url, exp, 0, 4, steps=4).ok
+        assert _files(folder) == {}
+        assert _via_worker(url, exp, 0, 4)["generation"] == 4  # the real island 0
+        assert sorted(_files(folder)) == [
+            "exp/finished/0", "exp/migrants/0/2", "exp/migrants/0/4", "exp/plan"]
+    finally:
+        WORKERS.pop(url, _Worker()).stop()
