@@ -18,6 +18,7 @@ on resume, at an in-process restart and from the fresh-start record.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import importlib
@@ -149,8 +150,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
         if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
             _, raw, pos, has_gauss, gauss = saved
             saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
-        _on_saved_bit_generator(np, saved)
-        np.random.set_state(saved)
+        _restore_numpy(np, saved)
     objects = state.get("objects") or {}
     for path, obj in targets:
         if path not in objects:
@@ -165,15 +165,23 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
                         "current state, so the run may not be bit-identical", path, err)
 
 
-def _on_saved_bit_generator(np: Any, saved: Any) -> None:
-    """Put numpy's global RandomState back on the kind of bit generator ``saved`` is from.
+# Bit generators the global RandomState was switched away from (see _restore_numpy), kept
+# alive for threads that may still draw through them. A switch happens only when a restore
+# finds another kind in place (a resume, a restart, a completed run called again): a
+# process makes a handful; the bound is for a loop that alternates kinds.
+_replaced: collections.deque[Any] = collections.deque(maxlen=4096)
+
+
+def _restore_numpy(np: Any, saved: Any) -> None:
+    """Set numpy's global RandomState to ``saved``, on the kind of bit generator it is from.
 
     A body may switch it (``np.random.set_bit_generator(PCG64(seed))`` at its fresh
     start); a new process starts on MT19937, and a restart may go back to before the
     switch: set_state of the other kind's state fails (review 39). The object re-made is
     the one ``np.random.set_state`` restores (not ``mtrand._rand``, which a program may
-    have replaced with its own, review 40). The new generator's seed does not matter,
-    its state is set next.
+    have replaced with its own, review 40), under its generator's lock (another thread
+    drawing meanwhile used the freed generator: a segfault, review 42). A state that
+    cannot be set is a ConfigurationError, and the generator is left as it was.
     """
     kind = saved[0] if isinstance(saved, tuple) and saved else (
         saved.get("bit_generator") if isinstance(saved, dict) else None)
@@ -185,22 +193,58 @@ def _on_saved_bit_generator(np: Any, saved: Any) -> None:
             "cannot resume with it: draw from a Generator of that bit generator kept in the "
             "state (or passed as an argument) instead of numpy's global RNG")
     rs: Any = getattr(np.random.get_state, "__self__", None)
-    if not isinstance(kind, str) or type(rs) is not np.random.RandomState:
-        return
-    if kind in _names(type(rs._bit_generator)):
-        return
-    cls = _bit_generator_class(np, kind)
-    if cls is None:
-        raise ConfigurationError(
-            f"numpy's global RNG was saved on the bit generator {kind!r}, which this process "
-            "cannot make: import the module that defines it before the run resumes (numpy "
-            "finds bit generators by name), or keep the generator in the state, not global")
+    previous: Any = getattr(rs, "_bit_generator", None)
+    fields = (set(saved["state"]) if isinstance(saved, dict)
+              and isinstance(saved.get("state"), dict) else None)
+    switched = (isinstance(kind, str) and type(rs) is np.random.RandomState
+                and previous is not None and (
+                    kind not in _names(type(previous))
+                    # (the same name, another kind: two subclasses named alike)
+                    or (fields is not None and not _has_fields(previous, fields))))
+    if switched:
+        candidates = _bit_generator_classes(np, str(kind))
+        if fields is not None:
+            # Subclasses of two kinds may share a name (numpy's states record only the
+            # class name): the one whose state has the saved state's fields comes first.
+            candidates.sort(key=lambda cls: not _has_fields(cls, fields))
+        if not candidates:
+            raise ConfigurationError(
+                f"numpy's global RNG was saved on the bit generator {kind!r}, which this "
+                "process cannot make: import the module that defines it before the run "
+                "resumes (numpy finds bit generators by name), or keep the generator in "
+                "the state, not global")
+        try:
+            made = candidates[0]()
+        except Exception as err:
+            raise ConfigurationError(
+                f"numpy's global RNG was saved on the bit generator {kind!r}, and "
+                f"{candidates[0]!r}() cannot be made to restore it: {type(err).__name__}: "
+                f"{err}") from err
+        # Under the generator's lock, which a thread drawing from np.random holds for its
+        # draw; the replaced generator is kept alive (a thread that took the lock of an
+        # older one may still be reading its memory: freed, that was a segfault).
+        _replaced.append(previous)
+        with previous.lock:
+            rs.__init__(made)
     try:
-        rs.__init__(cls())
-    except Exception as err:
+        np.random.set_state(saved)
+    except (ValueError, KeyError, TypeError) as err:
+        if switched:
+            _replaced.append(rs._bit_generator)
+            with rs._bit_generator.lock:
+                rs.__init__(previous)  # as it was
         raise ConfigurationError(
-            f"numpy's global RNG was saved on the bit generator {kind!r}, and {cls!r}() "
-            f"cannot be made to restore it: {type(err).__name__}: {err}") from err
+            f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
+            f"(bit generator {kind!r}): {type(err).__name__}: {err}") from err
+
+
+def _has_fields(generator: Any, fields: set[str]) -> bool:
+    """Whether a bit generator (or one a class makes) has a state with these fields."""
+    try:
+        made: Any = generator() if isinstance(generator, type) else generator
+        return set(made.state["state"]) == fields
+    except Exception:
+        return False
 
 
 def _names(cls: type) -> tuple[str, str]:
@@ -209,19 +253,22 @@ def _names(cls: type) -> tuple[str, str]:
     return cls.__name__, f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _bit_generator_class(np: Any, kind: str) -> type | None:
-    """The BitGenerator subclass a saved state names: numpy's own, a dotted path, or any
-    subclass already imported with that name."""
+def _bit_generator_classes(np: Any, kind: str) -> list[type]:
+    """The BitGenerator subclasses a saved state's name may mean: numpy's own, a dotted
+    path, any subclass already imported with that name (each once, in that order)."""
     base = np.random.BitGenerator
-    found = getattr(np.random, kind, None) if kind.isidentifier() else None
-    if isinstance(found, type) and issubclass(found, base):
-        return found
+    found: list[type] = []
+
+    def add(cls: Any) -> None:
+        if isinstance(cls, type) and issubclass(cls, base) and cls not in found:
+            found.append(cls)
+
+    if kind.isidentifier():
+        add(getattr(np.random, kind, None))
     module, _, name = kind.rpartition(".")
     if module:
         with contextlib.suppress(Exception):  # (not importable here: searched below)
-            found = getattr(importlib.import_module(module), name, None)
-            if isinstance(found, type) and issubclass(found, base):
-                return found
+            add(getattr(importlib.import_module(module), name, None))
     todo: list[type] = [base]
     seen: set[type] = set()
     while todo:
@@ -230,9 +277,9 @@ def _bit_generator_class(np: Any, kind: str) -> type | None:
             if sub not in seen:
                 seen.add(sub)
                 if kind in _names(sub):
-                    return sub
+                    add(sub)
                 todo.append(sub)
-    return None
+    return found
 
 
 def _random_state() -> Any:

@@ -842,6 +842,70 @@ def test_a_global_rng_state_numpy_cannot_restore_is_a_configuration_error(
         np.random.set_state(saved)
 
 
+def test_two_bit_generators_of_one_name_restore_by_their_state(
+        ) -> None:
+    """numpy's states record only the class name: with two imported subclasses named
+    alike (one of PCG64, one of MT19937), the first found was taken, and numpy's KeyError
+    escaped, leaving the global RNG re-made on the wrong class (review 42). The one whose
+    state has the saved state's fields is chosen, whichever is in place."""
+    from resumable import _rng
+
+    fast_a = type("Fast", (np.random.PCG64,), {"__module__": "mod_a"})
+    fast_b = type("Fast", (np.random.MT19937,), {"__module__": "mod_b"})
+    saved = np.random.get_state(legacy=False)
+    try:
+        np.random.set_bit_generator(fast_a(4))
+        state = _rng.capture()
+        expected = np.random.random(3).tolist()
+        for now in (fast_b(1), np.random.MT19937(1), np.random.SFC64(1)):
+            np.random.set_bit_generator(now)  # a new process, on something else
+            _rng.restore(state)
+            assert type(np.random.get_state.__self__._bit_generator) is fast_a, now
+            assert np.random.random(3).tolist() == expected, now
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
+def test_a_switching_restore_waits_for_a_draw_and_keeps_the_old_generator() -> None:
+    """Another thread drawing from np.random holds the generator's lock; the restore that
+    switches the generator's kind re-made it under no lock, and freed the generator the
+    draw was reading: a segfault (review 42). It now waits for the draw (the lock), and
+    keeps the replaced generator alive."""
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    try:
+        np.random.set_bit_generator(np.random.PCG64(2))
+        state = _rng.capture()
+        old = np.random.SFC64(3)
+        np.random.set_bit_generator(old)
+        held, release = threading.Event(), threading.Event()
+
+        def drawing() -> None:  # as a draw holds it, for its length
+            with np.random.get_state.__self__._bit_generator.lock:
+                held.set()
+                assert release.wait(120)
+
+        drawer = threading.Thread(target=drawing)
+        drawer.start()
+        assert held.wait(120)
+        restorer = threading.Thread(target=_rng.restore, args=(state,))
+        restorer.start()
+        restorer.join(0.5)
+        waited = restorer.is_alive()  # (never done while the lock is held)
+        release.set()
+        drawer.join(120)
+        restorer.join(120)
+        assert waited, "the switch did not wait for the draw holding the generator's lock"
+        assert type(np.random.get_state.__self__._bit_generator) is np.random.PCG64
+        # (bit generators take no weak references: the library keeps it, not only us)
+        assert any(kept is old for kept in _rng._replaced), "the replaced one is not kept"
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
 def test_a_run_that_switches_numpys_global_bit_generator_resumes(memory_url: str) -> None:
     """The whole story of the test above: the body switches the global RNG to PCG64 at its
     fresh start and fails at step 3; the call again (the global RNG back on MT19937, as
