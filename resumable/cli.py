@@ -587,7 +587,8 @@ def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) ->
     bad = [i for i in infos if i.problem and not _foreign(i)]
     if not bad:
         return 0
-    print(f"{PROG}: error: {len(bad)} of {len(infos)} object(s) of run {args.run_id!r} in "
+    ours = sum(1 for i in infos if not _foreign(i))  # (files it never writes: not counted)
+    print(f"{PROG}: error: {len(bad)} of {ours} object(s) of run {args.run_id!r} in "
           f"{store.url} fail verification: {', '.join(i.name for i in bad)}",
           file=sys.stderr)
     return EXIT_TAMPERED if any(i.tampered for i in bad) else EXIT_CORRUPT

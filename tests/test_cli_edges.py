@@ -323,3 +323,19 @@ def test_a_file_resumable_never_writes_is_shown_as_not_its_own_not_as_damage(
         entry = next(o for o in json.loads(shown.stdout)["objects"] if o["name"] == "model.pt")
         assert entry["foreign"] is True and entry["problem"] is None, entry
         assert entry["bytes"] is None and entry["verified"] is None, entry
+
+
+def test_the_failure_line_counts_only_the_runs_own_objects(tmp_path: Path) -> None:
+    """With files resumable never writes beside a damaged checkpoint, `verify` said "1 of
+    11 object(s) fail verification" for a run of 7 (review 42): the success line already
+    left them out, the failure line now does too."""
+    populate(tmp_path, "r", n=2)
+    run = tmp_path / "r"
+    own = len(list(run.iterdir()))
+    for name in ("a.txt", "b.txt", "model.pt"):
+        (run / name).write_text("x")
+    flip_last_byte(sorted(run.glob("ckpt-*"))[-1])
+    for args in (["verify"], ["show", "--verify"]):
+        done = cli(*args, str(tmp_path), "r")
+        assert done.returncode == EXIT_CORRUPT, done.stderr
+        assert f"1 of {own} object(s) of run 'r'" in done.stderr, done.stderr
