@@ -229,6 +229,21 @@ def test_an_audit_that_fails_leaves_this_thread_writing_to_the_real_store(
         Archipelago(url, exp, 2, TOPOLOGY, every=2).finish(0, 4)  # read back from the folder
 
 
+def _real_island_in_a_thread(url: str, exp: str, index: int,
+                             results: dict[str, Any]) -> threading.Thread:
+    """Run the real island ``index`` in a thread; its result (or error) lands in
+    ``results`` under "one" (or "error")."""
+    def real() -> None:
+        try:
+            results["one"] = island(url, exp, index, 6)
+        except BaseException as err:
+            results["error"] = err
+
+    thread = threading.Thread(target=real)
+    thread.start()
+    return thread
+
+
 def test_a_real_island_in_another_thread_writes_to_the_experiment_during_an_audit(
         folder: Path) -> None:
     """The audit's body is held at generation 2 while a real island 1 runs in another
@@ -246,14 +261,7 @@ def test_a_real_island_in_another_thread_writes_to_the_experiment_during_an_audi
         auditor.start()
         assert entered.wait(120)
 
-        def real_one() -> None:
-            try:
-                results["one"] = island(url, exp, 1, 6)
-            except BaseException as err:
-                results["error"] = err
-
-        real = threading.Thread(target=real_one)
-        real.start()
+        real = _real_island_in_a_thread(url, exp, 1, results)
         assert published.wait(120)  # the real island 1 published while the audit runs
         gate.set()
         auditor.join(120)
@@ -283,14 +291,7 @@ def test_a_body_thread_and_a_real_island_in_this_process_each_write_where_they_b
     EVENTS[(exp, 1, 2, "published")] = published
     results: dict[str, Any] = {}
     try:
-        def real_one() -> None:
-            try:
-                results["one"] = island(url, exp, 1, 6)
-            except BaseException as err:
-                results["error"] = err
-
-        real = threading.Thread(target=real_one)
-        real.start()
+        real = _real_island_in_a_thread(url, exp, 1, results)
         assert published.wait(120)  # now waiting for island 0's generation 2
         assert island.audit(url, exp, 0, 6, in_thread=True, steps=6).ok
         assert sorted(_files(folder)) == ["exp/migrants/1/2", "exp/plan"]
