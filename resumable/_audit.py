@@ -17,7 +17,7 @@ its uninterrupted run and every resume (handed to each fresh interpreter), so a 
 republish is compared with the uninterrupted run's. ``current_sandbox()`` says whether
 the calling code runs in an audit's body: the audit's thread and threads in a copy of
 its context (a context variable) while the audit runs, and every thread of a fresh
-interpreter. Any other thread, and a context copy that outlives its audit, is real.
+interpreter. Any other thread is real; a context copy used after its audit is refused.
 """
 
 from __future__ import annotations
@@ -812,7 +812,9 @@ class Sandbox:
         self.lock = threading.RLock()
         self.whole_process = whole_process  # a fresh interpreter: every thread is the body's
         # Set when its audit ends: a copy of the audit's context (a worker thread the body
-        # started, an asyncio task) may outlive it, and is real from then on (review 42).
+        # started, an asyncio task) may outlive it, and is refused from then on (reviews
+        # 42, 43: taken as the audit's, a real run's writes were lost; taken as real, the
+        # audit's late work reached the experiment).
         self.closed = False
 
     def new_run(self) -> None:
@@ -882,11 +884,21 @@ def current_sandbox(what: str) -> Sandbox | None:
     anything else, and guessing (8215498) sent a real island's writes into an unrelated
     audit's overlay, or refused them (review 41). So a body that migrates from a plain
     thread it starts writes to the experiment during an audit (README: limits). A copy of
-    the audit's context used after the audit ended (a worker the body keeps) is real too:
-    its writes went into the dead overlay, and a later real run's with them (review 42).
+    the audit's context used after the audit ended is refused (see the error).
     """
     mine = _SANDBOX.get()
-    if mine is not None and not mine.closed:
+    if mine is not None:
+        if mine.closed:
+            # A copy of an audit's context used after the audit: work of the audit still
+            # going (a thread it left behind), or a real run's through a worker the audit
+            # started. Which, nothing says: refused, neither written nor lost (reviews 42,
+            # 43).
+            raise ConfigurationError(
+                f"{what} in a copy of the context of f.audit of {mine.name}, which has "
+                "ended: resumable cannot tell whether this is the audit's work (it must not "
+                "reach the store) or a real run's. A long-lived worker must run each job in "
+                "its submitter's context (contextvars.copy_context().run per job), not in "
+                "the context it was started in")
         return mine
     whole = _whole_process
     if whole is not None:

@@ -10,6 +10,7 @@ islands afterwards. No test sleeps: threads are coordinated with events.
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import random
 import threading
@@ -396,10 +397,12 @@ def test_the_audited_islands_own_real_objects_do_not_bind_the_audit(folder: Path
 
 
 class _Worker:
-    """A long-lived thread a body starts on first use, in a copy of the caller's context
-    (as the README asks of threads that migrate for a body), and runs jobs on."""
+    """A long-lived thread a body starts on first use, in a copy of the caller's context,
+    and runs jobs on: each in its submitter's context (``per_job``, as the README asks),
+    or in the one it was started in."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_job: bool) -> None:
+        self.per_job = per_job
         self.jobs: list[tuple[Any, threading.Event, list[Any]]] = []
         self.ready = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -409,6 +412,8 @@ class _Worker:
             self.thread = threading.Thread(target=contextvars.copy_context().run,
                                            args=(self._serve,), daemon=True)
             self.thread.start()
+        if self.per_job:
+            job = functools.partial(contextvars.copy_context().run, job)
         done, out = threading.Event(), []
         with self.ready:
             self.jobs.append((job, done, out))
@@ -444,9 +449,9 @@ WORKERS: dict[str, _Worker] = {}
 
 @checkpointed(store=RUNS)
 def _via_worker(folder: str, experiment: str, index: int, generations: int, *,
-                state: Any = None) -> Generator[Any]:
+                per_job: bool = True, state: Any = None) -> Generator[Any]:
     """Island 0, migrating through the process's worker (started at the first call)."""
-    worker = WORKERS.setdefault(folder, _Worker())
+    worker = WORKERS.setdefault(folder, _Worker(per_job))
     arch = Archipelago(folder, experiment, 2, TOPOLOGY, every=2)
     state = state or {"generation": 0}
     while state["generation"] < generations:
@@ -459,11 +464,11 @@ def _via_worker(folder: str, experiment: str, index: int, generations: int, *,
     return state
 
 
-def test_a_copy_of_the_audits_context_that_outlives_it_is_real(folder: Path) -> None:
-    """The audit is the process's first call, so the body's worker starts inside it, in
-    a copy of the audit's context, and outlives it: a later real run's migrations
-    through it went into the finished audit's overlay, and the experiment stayed empty
-    (review 42). A copy of the context is the audit's only while the audit runs."""
+def test_a_worker_the_audit_started_serves_a_later_real_run(folder: Path) -> None:
+    """The audit is the process's first call, so the body's worker starts inside it and
+    outlives it. Run as the README asks (each job in its submitter's context), a later
+    real run's migrations through it reach the experiment (review 42: they went into the
+    finished audit's overlay)."""
     url, exp = str(folder), "exp"
     try:
         assert _via_worker.audit(url, exp, 0, 4, steps=4).ok
@@ -472,4 +477,51 @@ def test_a_copy_of_the_audits_context_that_outlives_it_is_real(folder: Path) -> 
         assert sorted(_files(folder)) == [
             "exp/finished/0", "exp/migrants/0/2", "exp/migrants/0/4", "exp/plan"]
     finally:
-        WORKERS.pop(url, _Worker()).stop()
+        WORKERS.pop(url, _Worker(True)).stop()
+
+
+def test_a_copy_of_the_audits_context_used_after_it_is_refused(folder: Path) -> None:
+    """Work in a copy of an audit's context after the audit ended cannot be told to be
+    the audit's or a real run's: a worker running jobs in the context it was started in
+    (review 42: a real run's writes were lost), and a thread the audited body left behind
+    (review 43: taken as real, the audit wrote to the experiment). Both are refused, and
+    nothing reaches the experiment."""
+    url, exp = str(folder), "exp"
+    try:
+        assert _via_worker.audit(url, exp, 0, 4, per_job=False, steps=4).ok
+        with pytest.raises(ConfigurationError, match=r"copy_context\(\)\.run per job"):
+            _via_worker(url, exp, 0, 4, per_job=False)
+        assert _files(folder) == {}
+    finally:
+        WORKERS.pop(url, _Worker(False)).stop()
+
+    go, done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    @checkpointed(store=RUNS)
+    def leaves_a_thread(folder: str, *, state: Any = None) -> Generator[Any]:
+        arch = Archipelago(folder, exp, 2, TOPOLOGY, every=2)
+
+        def late() -> None:  # fire and forget: publishes once the audit is over
+            try:
+                assert go.wait(120)
+                arch.publish(0, 2, ["late"])
+            except BaseException as err:
+                errors.append(err)
+            finally:
+                done.set()
+
+        if state is None and not go.is_set() and not done.is_set():
+            threading.Thread(target=contextvars.copy_context().run, args=(late,),
+                             daemon=True).start()
+        state = state or 0
+        while state < 2:
+            state += 1
+            yield state
+        return state
+
+    assert leaves_a_thread.audit(url, steps=2).ok
+    go.set()
+    assert done.wait(120)
+    assert errors and isinstance(errors[0], ConfigurationError), errors
+    assert _files(folder) == {}
