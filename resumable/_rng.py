@@ -220,22 +220,54 @@ def _restore_numpy(np: Any, saved: Any) -> None:
                 f"numpy's global RNG was saved on the bit generator {kind!r}, and "
                 f"{candidates[0]!r}() cannot be made to restore it: {type(err).__name__}: "
                 f"{err}") from err
-        # Under the generator's lock, which a thread drawing from np.random holds for its
-        # draw; the replaced generator is kept alive (a thread that took the lock of an
-        # older one may still be reading its memory: freed, that was a segfault).
-        _replaced.append(previous)
-        with previous.lock:
-            rs.__init__(made)
+        # What to put back if the state is refused: the generator's own state and the
+        # normal it has cached (read without the lock, which a draw may hold: the switch
+        # waits for it, bounded; get_state would wait for ever).
+        before = {**previous.state, **_cached_normal(np, rs)}
+        _switch(rs, made, kind)
     try:
         np.random.set_state(saved)
-    except (ValueError, KeyError, TypeError) as err:
+    except Exception as err:  # (ValueError, KeyError, OverflowError, IndexError...)
         if switched:
-            _replaced.append(rs._bit_generator)
-            with rs._bit_generator.lock:
-                rs.__init__(previous)  # as it was
+            _switch(rs, previous, kind)
+            rs.set_state(before)  # as it was, with its cached normal (review 43)
         raise ConfigurationError(
             f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
             f"(bit generator {kind!r}): {type(err).__name__}: {err}") from err
+
+
+def _cached_normal(np: Any, rs: Any) -> dict[str, Any]:
+    """RandomState's cached normal (``has_gauss``, ``gauss``), read from its memory where
+    the probe found it (as ``_numpy_state`` does); none if the layout is not known."""
+    offset = _gauss_offset if _gauss_offset is not None else _probe(np)
+    if offset < 0:
+        return {"has_gauss": 0, "gauss": 0.0}
+    has_gauss, gauss = struct.unpack("i4xd", ctypes.string_at(id(rs) + offset, 16))
+    return {"has_gauss": has_gauss, "gauss": gauss}
+
+
+def _switch(rs: Any, generator: Any, kind: Any) -> None:
+    """Re-make the global RandomState on ``generator``, under its current generator's lock,
+    which a thread drawing from np.random holds for its draw. The replaced generator is
+    kept alive: a thread that took the lock of an older one may still read its memory
+    (freed, that was a segfault, review 42). numpy < 2 has a plain Lock there: a thread
+    that holds it (numpy's "extending" pattern) and restores would wait for itself, so
+    the wait is bounded (review 43)."""
+    current = rs._bit_generator
+    _replaced.append(current)
+    if not current.lock.acquire(timeout=_SWITCH_WAIT):
+        raise ConfigurationError(
+            f"numpy's global RNG could not be switched to the bit generator {kind!r} the "
+            f"checkpoint was saved on: its lock was held for {_SWITCH_WAIT:.0f} s (by a "
+            "thread drawing, or by this one: restore outside "
+            "`with np.random.get_bit_generator().lock`)")
+    try:
+        rs.__init__(generator)
+    finally:
+        current.lock.release()
+
+
+_SWITCH_WAIT = 30.0  # seconds a switch waits for a draw (one holds the lock for its length)
 
 
 def _has_fields(generator: Any, fields: set[str]) -> bool:

@@ -906,6 +906,69 @@ def test_a_switching_restore_waits_for_a_draw_and_keeps_the_old_generator() -> N
         np.random.set_state(saved)
 
 
+@pytest.mark.parametrize("bad", ["overflow", "short-key"])
+def test_a_failed_switching_restore_leaves_numpys_rng_exactly_as_it_was(bad: str) -> None:
+    """A saved state set_state refuses with an error other than ValueError, KeyError or
+    TypeError (OverflowError for a negative PCG64 state, IndexError for a short MT19937
+    key) escaped and left the global RNG on the new, randomly seeded kind; the put-back
+    also lost the cached normal of the generator in place (review 43)."""
+    from resumable import _rng
+
+    saved = np.random.get_state(legacy=False)
+    try:
+        np.random.set_bit_generator(np.random.SFC64(8))
+        np.random.standard_normal()  # an odd count: a normal stays cached
+        before = np.random.get_state(legacy=False)
+        expected = [np.random.standard_normal(), *np.random.random(2).tolist()]
+        np.random.set_state(before)
+        broken: Any = (
+            {"bit_generator": "PCG64", "state": {"state": -1, "inc": 1}, "has_uint32": 0,
+             "uinteger": 0, "has_gauss": 0, "gauss": 0.0} if bad == "overflow"
+            else ("MT19937", np.zeros(5, dtype=np.uint32), 0, 0, 0.0))
+        with pytest.raises(ConfigurationError, match="cannot be restored"):
+            _rng.restore({"random": random.getstate(), "numpy": broken})
+        assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
+        assert [np.random.standard_normal(), *np.random.random(2).tolist()] == expected
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
+def test_a_switch_waits_for_the_generators_lock_for_a_bounded_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy < 2 has a plain Lock on its bit generators: a thread that holds it and
+    restores waited for itself for ever (review 43). The wait is bounded, then a
+    ConfigurationError says why; here another thread holds it past a short bound."""
+    from resumable import _rng
+
+    monkeypatch.setattr(_rng, "_SWITCH_WAIT", 0.2)
+    saved = np.random.get_state(legacy=False)
+    try:
+        np.random.set_bit_generator(np.random.PCG64(1))
+        state = _rng.capture()
+        np.random.set_bit_generator(np.random.SFC64(1))
+        held, release = threading.Event(), threading.Event()
+
+        def holding() -> None:
+            with np.random.get_state.__self__._bit_generator.lock:
+                held.set()
+                assert release.wait(120)
+
+        holder = threading.Thread(target=holding)
+        holder.start()
+        assert held.wait(120)
+        try:
+            with pytest.raises(ConfigurationError, match="its lock was held"):
+                _rng.restore(state)
+        finally:
+            release.set()
+            holder.join(120)
+        assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
+    finally:
+        np.random.set_bit_generator(np.random.MT19937())
+        np.random.set_state(saved)
+
+
 def test_a_run_that_switches_numpys_global_bit_generator_resumes(memory_url: str) -> None:
     """The whole story of the test above: the body switches the global RNG to PCG64 at its
     fresh start and fails at step 3; the call again (the global RNG back on MT19937, as
