@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -867,6 +868,27 @@ def test_two_bit_generators_of_one_name_restore_by_their_state(
         np.random.set_state(saved)
 
 
+@contextlib.contextmanager
+def _generator_lock_held_by_another_thread() -> Iterator[None]:
+    """The lock of numpy's global bit generator, held by another thread for the block, as
+    a draw holds it for its length; let go of at the end, however the block ends."""
+    held, release = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        with np.random.get_state.__self__._bit_generator.lock:
+            held.set()
+            assert release.wait(120)
+
+    holder = threading.Thread(target=holding)
+    holder.start()
+    assert held.wait(120)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(120)
+
+
 def test_a_switching_restore_waits_for_a_draw_and_keeps_the_old_generator() -> None:
     """Another thread drawing from np.random holds the generator's lock; the restore that
     switches the generator's kind re-made it under no lock, and freed the generator the
@@ -880,22 +902,11 @@ def test_a_switching_restore_waits_for_a_draw_and_keeps_the_old_generator() -> N
         state = _rng.capture()
         old = np.random.SFC64(3)
         np.random.set_bit_generator(old)
-        held, release = threading.Event(), threading.Event()
-
-        def drawing() -> None:  # as a draw holds it, for its length
-            with np.random.get_state.__self__._bit_generator.lock:
-                held.set()
-                assert release.wait(120)
-
-        drawer = threading.Thread(target=drawing)
-        drawer.start()
-        assert held.wait(120)
-        restorer = threading.Thread(target=_rng.restore, args=(state,))
-        restorer.start()
-        restorer.join(0.5)
-        waited = restorer.is_alive()  # (never done while the lock is held)
-        release.set()
-        drawer.join(120)
+        with _generator_lock_held_by_another_thread():  # as a draw holds it
+            restorer = threading.Thread(target=_rng.restore, args=(state,))
+            restorer.start()
+            restorer.join(0.5)
+            waited = restorer.is_alive()  # (never done while the lock is held)
         restorer.join(120)
         assert waited, "the switch did not wait for the draw holding the generator's lock"
         assert type(np.random.get_state.__self__._bit_generator) is np.random.PCG64
@@ -947,22 +958,9 @@ def test_a_switch_waits_for_the_generators_lock_for_a_bounded_time(
         np.random.set_bit_generator(np.random.PCG64(1))
         state = _rng.capture()
         np.random.set_bit_generator(np.random.SFC64(1))
-        held, release = threading.Event(), threading.Event()
-
-        def holding() -> None:
-            with np.random.get_state.__self__._bit_generator.lock:
-                held.set()
-                assert release.wait(120)
-
-        holder = threading.Thread(target=holding)
-        holder.start()
-        assert held.wait(120)
-        try:
-            with pytest.raises(ConfigurationError, match="its lock was held"):
-                _rng.restore(state)
-        finally:
-            release.set()
-            holder.join(120)
+        with _generator_lock_held_by_another_thread(), \
+                pytest.raises(ConfigurationError, match="its lock was held"):
+            _rng.restore(state)
         assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
     finally:
         np.random.set_bit_generator(np.random.MT19937())
