@@ -244,7 +244,14 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
             f"done: list them with `{PROG} ls {below}`, then name one "
             f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
     _require_store(store, args, f"no run {run_id!r}: ")
+    if store.url.startswith("memory://"):
+        listing = _MEMORY_NOTE  # (`ls memory://x` would be just as empty)
     raise CliError(f"no run {run_id!r} in {store.url} ({listing})", EXIT_NOT_FOUND)
+
+
+_MEMORY_NOTE = ("a memory:// store lives in the process that made it: a `resumable` command "
+                "run on its own never sees its runs; give the folder or s3:// URL the runs "
+                "were saved to")
 
 
 def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | None:
@@ -403,9 +410,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
         return 0
     if not rows:
-        note = (" (a memory:// store lives in the process that made it: a `resumable` "
-                "command run on its own never sees its runs; give the folder or s3:// URL "
-                "the runs were saved to)" if store.url.startswith("memory://") else "")
+        note = f" ({_MEMORY_NOTE})" if store.url.startswith("memory://") else ""
         print(f"no runs in {store.url}{note}", file=sys.stderr)
         return 0
     print(_table(

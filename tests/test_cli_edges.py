@@ -295,6 +295,20 @@ def test_ls_of_an_empty_memory_store_says_the_command_cannot_see_one() -> None:
     assert "memory://" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("command", ["show", "verify", "rm"])
+def test_a_run_named_in_a_memory_store_from_a_shell_is_explained(command: str) -> None:
+    """`resumable show/verify/rm memory://x RUN`: the store is empty in the command's own
+    process, so suggesting `resumable ls memory://x` sends the user to a second empty
+    listing. The error says why nothing is there and what to give instead."""
+    options = ["--yes"] if command == "rm" else []
+    proc = cli(command, *options, "memory://from-a-shell", "some-run")
+    assert proc.returncode == EXIT_NOT_FOUND, proc.stderr
+    assert "no run 'some-run' in memory://from-a-shell" in proc.stderr, proc.stderr
+    assert "lives in the process that made it" in proc.stderr, proc.stderr
+    assert "folder or s3:// URL" in proc.stderr, proc.stderr
+    assert "ls memory://" not in proc.stderr, proc.stderr
+
+
 def test_a_file_resumable_never_writes_is_shown_as_not_its_own_not_as_damage(
         tmp_path: Path) -> None:
     """`show` listed someone's model.pt with BYTES 0 (never read, so unknown) and a HEADER
