@@ -733,38 +733,44 @@ def test_a_completed_run_called_again_leaves_the_rngs_where_the_run_left_them(
     assert (random.random(), float(np.random.random())) == after
 
 
+@pytest.fixture
+def numpy_rng() -> Iterator[None]:
+    """numpy's global RNG as the test found it, whatever the test did to it: its object
+    (``np.random.mtrand._rand``), its bit generator's kind (MT19937) and its state."""
+    saved = np.random.get_state(legacy=False)
+    original = np.random.mtrand._rand
+    yield
+    np.random.mtrand._rand = original
+    np.random.set_bit_generator(np.random.MT19937())
+    np.random.set_state(saved)
+
+
 @pytest.mark.parametrize("how", ["pcg64", "replaced"])
-def test_numpy_global_rng_of_another_kind_is_captured_and_restored(how: str) -> None:
+def test_numpy_global_rng_of_another_kind_is_captured_and_restored(
+        numpy_rng: None, how: str) -> None:
     """The global RNG on another bit generator (no warning at every capture), or
     np.random.mtrand._rand replaced: capture then restore reproduces the same draws."""
     import warnings
 
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    original = np.random.mtrand._rand
-    try:
-        if how == "pcg64":
-            np.random.set_bit_generator(np.random.PCG64(5))
-        else:
-            np.random.mtrand._rand = np.random.RandomState(99)
-            np.random.seed(3)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            state = _rng.capture()
-            first = np.random.random(4).tolist()
-            _rng.restore(state)
-            assert np.random.random(4).tolist() == first
-    finally:
-        np.random.mtrand._rand = original
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    if how == "pcg64":
+        np.random.set_bit_generator(np.random.PCG64(5))
+    else:
+        np.random.mtrand._rand = np.random.RandomState(99)
+        np.random.seed(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = _rng.capture()
+        first = np.random.random(4).tolist()
+        _rng.restore(state)
+        assert np.random.random(4).tolist() == first
 
 
 @pytest.mark.parametrize(("saved_on", "restored_on"),
                          [("PCG64", "MT19937"), ("MT19937", "PCG64"), ("PCG64", "SFC64")])
 def test_numpy_global_rng_is_restored_onto_the_bit_generator_it_was_saved_from(
-        saved_on: str, restored_on: str) -> None:
+        numpy_rng: None, saved_on: str, restored_on: str) -> None:
     """A body that puts numpy's global RNG on another bit generator
     (np.random.set_bit_generator(PCG64(seed))) could never be resumed: a new process
     starts on MT19937, and the PCG64 state saved with the checkpoint was set onto it
@@ -773,20 +779,15 @@ def test_numpy_global_rng_is_restored_onto_the_bit_generator_it_was_saved_from(
     back on the kind of bit generator it was saved from, with its state."""
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    try:
-        np.random.set_bit_generator(getattr(np.random, saved_on)(11))
-        np.random.random(3)
-        np.random.standard_normal()  # an odd count: a gauss stays cached
-        state = _rng.capture()
-        expected = [*np.random.random(4).tolist(), np.random.standard_normal()]
-        np.random.set_bit_generator(getattr(np.random, restored_on)(5))  # a new process
-        _rng.restore(state)
-        assert type(np.random.mtrand._rand._bit_generator).__name__ == saved_on
-        assert [*np.random.random(4).tolist(), np.random.standard_normal()] == expected
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(getattr(np.random, saved_on)(11))
+    np.random.random(3)
+    np.random.standard_normal()  # an odd count: a gauss stays cached
+    state = _rng.capture()
+    expected = [*np.random.random(4).tolist(), np.random.standard_normal()]
+    np.random.set_bit_generator(getattr(np.random, restored_on)(5))  # a new process
+    _rng.restore(state)
+    assert type(np.random.mtrand._rand._bit_generator).__name__ == saved_on
+    assert [*np.random.random(4).tolist(), np.random.standard_normal()] == expected
 
 
 class _MyPCG(np.random.PCG64):
@@ -794,7 +795,7 @@ class _MyPCG(np.random.PCG64):
 
 
 def test_numpy_global_rng_restores_onto_a_users_bit_generator_and_only_numpys_own_object(
-        ) -> None:
+        numpy_rng: None) -> None:
     """Review 40 of edef24b: (1) a subclass of a numpy bit generator (its state names the
     subclass) was looked up in np.random only, so the restore still failed; (2) the switch
     went through np.random.set_bit_generator, which re-makes np.random.mtrand._rand: a
@@ -802,25 +803,18 @@ def test_numpy_global_rng_restores_onto_a_users_bit_generator_and_only_numpys_ow
     seeded generator, while the object set_state restores was left on the wrong kind."""
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    original = np.random.mtrand._rand
-    try:
-        np.random.set_bit_generator(_MyPCG(3))
-        state = _rng.capture()
-        expected = np.random.random(4).tolist()
-        mine = np.random.RandomState(np.random.MT19937(7))
-        np.random.mtrand._rand = mine  # the program's own, as mtrand._rand
-        untouched = np.random.RandomState(np.random.MT19937(7)).random(3).tolist()
-        np.random.get_state.__self__.__init__(np.random.MT19937(2))  # a new process
-        _rng.restore(state)
-        assert type(np.random.get_state.__self__._bit_generator) is _MyPCG
-        assert np.random.random(4).tolist() == expected
-        assert type(mine._bit_generator) is np.random.MT19937
-        assert mine.random(3).tolist() == untouched
-    finally:
-        np.random.mtrand._rand = original
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(_MyPCG(3))
+    state = _rng.capture()
+    expected = np.random.random(4).tolist()
+    mine = np.random.RandomState(np.random.MT19937(7))
+    np.random.mtrand._rand = mine  # the program's own, as mtrand._rand
+    untouched = np.random.RandomState(np.random.MT19937(7)).random(3).tolist()
+    np.random.get_state.__self__.__init__(np.random.MT19937(2))  # a new process
+    _rng.restore(state)
+    assert type(np.random.get_state.__self__._bit_generator) is _MyPCG
+    assert np.random.random(4).tolist() == expected
+    assert type(mine._bit_generator) is np.random.MT19937
+    assert mine.random(3).tolist() == untouched
 
 
 @pytest.mark.parametrize("saved_state", [
@@ -828,23 +822,18 @@ def test_numpy_global_rng_restores_onto_a_users_bit_generator_and_only_numpys_ow
     {"bit_generator": "other.Gen", "s": [1, 2], "has_gauss": 0, "gauss": 0.0},
 ], ids=["unknown-kind", "no-state-entry"])
 def test_a_global_rng_state_numpy_cannot_restore_is_a_configuration_error(
-        saved_state: dict[str, Any]) -> None:
+        numpy_rng: None, saved_state: dict[str, Any]) -> None:
     """A bit generator this process cannot make, or whose state numpy's set_state cannot
     take (randomgen's have no "state" entry): a ConfigurationError (exit 78) naming the
     kind and what to do, not numpy's ValueError."""
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    try:
-        with pytest.raises(ConfigurationError, match=saved_state["bit_generator"]):
-            _rng.restore({"random": random.getstate(), "numpy": saved_state})
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    with pytest.raises(ConfigurationError, match=saved_state["bit_generator"]):
+        _rng.restore({"random": random.getstate(), "numpy": saved_state})
 
 
 def test_two_bit_generators_of_one_name_restore_by_their_state(
-        ) -> None:
+        numpy_rng: None) -> None:
     """numpy's states record only the class name: with two imported subclasses named
     alike (one of PCG64, one of MT19937), the first found was taken, and numpy's KeyError
     escaped, leaving the global RNG re-made on the wrong class (review 42). The one whose
@@ -853,19 +842,14 @@ def test_two_bit_generators_of_one_name_restore_by_their_state(
 
     fast_a = type("Fast", (np.random.PCG64,), {"__module__": "mod_a"})
     fast_b = type("Fast", (np.random.MT19937,), {"__module__": "mod_b"})
-    saved = np.random.get_state(legacy=False)
-    try:
-        np.random.set_bit_generator(fast_a(4))
-        state = _rng.capture()
-        expected = np.random.random(3).tolist()
-        for now in (fast_b(1), np.random.MT19937(1), np.random.SFC64(1)):
-            np.random.set_bit_generator(now)  # a new process, on something else
-            _rng.restore(state)
-            assert type(np.random.get_state.__self__._bit_generator) is fast_a, now
-            assert np.random.random(3).tolist() == expected, now
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(fast_a(4))
+    state = _rng.capture()
+    expected = np.random.random(3).tolist()
+    for now in (fast_b(1), np.random.MT19937(1), np.random.SFC64(1)):
+        np.random.set_bit_generator(now)  # a new process, on something else
+        _rng.restore(state)
+        assert type(np.random.get_state.__self__._bit_generator) is fast_a, now
+        assert np.random.random(3).tolist() == expected, now
 
 
 @contextlib.contextmanager
@@ -889,89 +873,75 @@ def _generator_lock_held_by_another_thread() -> Iterator[None]:
         holder.join(120)
 
 
-def test_a_switching_restore_waits_for_a_draw_and_keeps_the_old_generator() -> None:
+def test_a_switching_restore_waits_for_a_draw_and_keeps_the_old_generator(numpy_rng: None) -> None:
     """Another thread drawing from np.random holds the generator's lock; the restore that
     switches the generator's kind re-made it under no lock, and freed the generator the
     draw was reading: a segfault (review 42). It now waits for the draw (the lock), and
     keeps the replaced generator alive."""
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    try:
-        np.random.set_bit_generator(np.random.PCG64(2))
-        state = _rng.capture()
-        old = np.random.SFC64(3)
-        np.random.set_bit_generator(old)
-        with _generator_lock_held_by_another_thread():  # as a draw holds it
-            restorer = threading.Thread(target=_rng.restore, args=(state,))
-            restorer.start()
-            restorer.join(0.5)
-            waited = restorer.is_alive()  # (never done while the lock is held)
-        restorer.join(120)
-        assert waited, "the switch did not wait for the draw holding the generator's lock"
-        assert type(np.random.get_state.__self__._bit_generator) is np.random.PCG64
-        # (bit generators take no weak references: the library keeps it, not only us)
-        assert any(kept is old for kept in _rng._replaced), "the replaced one is not kept"
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(np.random.PCG64(2))
+    state = _rng.capture()
+    old = np.random.SFC64(3)
+    np.random.set_bit_generator(old)
+    with _generator_lock_held_by_another_thread():  # as a draw holds it
+        restorer = threading.Thread(target=_rng.restore, args=(state,))
+        restorer.start()
+        restorer.join(0.5)
+        waited = restorer.is_alive()  # (never done while the lock is held)
+    restorer.join(120)
+    assert waited, "the switch did not wait for the draw holding the generator's lock"
+    assert type(np.random.get_state.__self__._bit_generator) is np.random.PCG64
+    # (bit generators take no weak references: the library keeps it, not only us)
+    assert any(kept is old for kept in _rng._replaced), "the replaced one is not kept"
 
 
 @pytest.mark.parametrize("bad", ["overflow", "short-key"])
-def test_a_failed_switching_restore_leaves_numpys_rng_exactly_as_it_was(bad: str) -> None:
+def test_a_failed_switching_restore_leaves_numpys_rng_exactly_as_it_was(
+        numpy_rng: None, bad: str) -> None:
     """A saved state set_state refuses with an error other than ValueError, KeyError or
     TypeError (OverflowError for a negative PCG64 state, IndexError for a short MT19937
     key) escaped and left the global RNG on the new, randomly seeded kind; the put-back
     also lost the cached normal of the generator in place (review 43)."""
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    try:
-        np.random.set_bit_generator(np.random.SFC64(8))
-        np.random.standard_normal()  # an odd count: a normal stays cached
-        before = np.random.get_state(legacy=False)
-        expected = [np.random.standard_normal(), *np.random.random(2).tolist()]
-        np.random.set_state(before)
-        broken: Any = (
-            {"bit_generator": "PCG64", "state": {"state": -1, "inc": 1}, "has_uint32": 0,
-             "uinteger": 0, "has_gauss": 0, "gauss": 0.0} if bad == "overflow"
-            else ("MT19937", np.zeros(5, dtype=np.uint32), 0, 0, 0.0))
-        with pytest.raises(ConfigurationError, match="cannot be restored"):
-            _rng.restore({"random": random.getstate(), "numpy": broken})
-        assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
-        assert [np.random.standard_normal(), *np.random.random(2).tolist()] == expected
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(np.random.SFC64(8))
+    np.random.standard_normal()  # an odd count: a normal stays cached
+    before = np.random.get_state(legacy=False)
+    expected = [np.random.standard_normal(), *np.random.random(2).tolist()]
+    np.random.set_state(before)
+    broken: Any = (
+        {"bit_generator": "PCG64", "state": {"state": -1, "inc": 1}, "has_uint32": 0,
+         "uinteger": 0, "has_gauss": 0, "gauss": 0.0} if bad == "overflow"
+        else ("MT19937", np.zeros(5, dtype=np.uint32), 0, 0, 0.0))
+    with pytest.raises(ConfigurationError, match="cannot be restored"):
+        _rng.restore({"random": random.getstate(), "numpy": broken})
+    assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
+    assert [np.random.standard_normal(), *np.random.random(2).tolist()] == expected
 
 
 def test_a_switch_waits_for_the_generators_lock_for_a_bounded_time(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy < 2 has a plain Lock on its bit generators: a thread that holds it and
     restores waited for itself for ever (review 43). The wait is bounded, then a
     ConfigurationError says why; here another thread holds it past a short bound."""
     from resumable import _rng
 
     monkeypatch.setattr(_rng, "_SWITCH_WAIT", 0.2)
-    saved = np.random.get_state(legacy=False)
-    try:
-        np.random.set_bit_generator(np.random.PCG64(1))
-        state = _rng.capture()
-        np.random.set_bit_generator(np.random.SFC64(1))
-        with _generator_lock_held_by_another_thread(), \
-                pytest.raises(ConfigurationError, match="its lock was held"):
-            _rng.restore(state)
-        assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(np.random.PCG64(1))
+    state = _rng.capture()
+    np.random.set_bit_generator(np.random.SFC64(1))
+    with _generator_lock_held_by_another_thread(), \
+            pytest.raises(ConfigurationError, match="its lock was held"):
+        _rng.restore(state)
+    assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
 
 
-def test_a_run_that_switches_numpys_global_bit_generator_resumes(memory_url: str) -> None:
+def test_a_run_that_switches_numpys_global_bit_generator_resumes(
+        numpy_rng: None, memory_url: str) -> None:
     """The whole story of the test above: the body switches the global RNG to PCG64 at its
     fresh start and fails at step 3; the call again (the global RNG back on MT19937, as
     in a new process) resumes, and the run's draws are those of an uninterrupted run."""
-    saved = np.random.get_state(legacy=False)
     crash = [False]  # (not in the reference run)
 
     def body(*, state: Any = None) -> Any:
@@ -986,51 +956,42 @@ def test_a_run_that_switches_numpys_global_bit_generator_resumes(memory_url: str
             yield state
         return state["draws"]
 
-    try:
-        np.random.set_bit_generator(np.random.MT19937(0))
-        reference = list(checkpointed(store=memory_url, run_id="reference")(body)())
-        crash[0] = True
-        np.random.set_bit_generator(np.random.MT19937(0))
-        f = checkpointed(store=memory_url, run_id="resumed")(body)
-        with pytest.raises(Crash):
-            f()
-        np.random.set_bit_generator(np.random.MT19937(0))  # a new process
-        assert f() == reference
-        crash[0] = True
-        np.random.set_bit_generator(np.random.MT19937(0))
-        restarted = checkpointed(store=memory_url, run_id="restarted", restarts=1, every=1000)
-        assert restarted(body)() == reference  # restarts from before the switch
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.set_bit_generator(np.random.MT19937(0))
+    reference = list(checkpointed(store=memory_url, run_id="reference")(body)())
+    crash[0] = True
+    np.random.set_bit_generator(np.random.MT19937(0))
+    f = checkpointed(store=memory_url, run_id="resumed")(body)
+    with pytest.raises(Crash):
+        f()
+    np.random.set_bit_generator(np.random.MT19937(0))  # a new process
+    assert f() == reference
+    crash[0] = True
+    np.random.set_bit_generator(np.random.MT19937(0))
+    restarted = checkpointed(store=memory_url, run_id="restarted", restarts=1, every=1000)
+    assert restarted(body)() == reference  # restarts from before the switch
 
 
-def test_numpy_global_state_read_from_memory_follows_a_new_bit_generator() -> None:
+def test_numpy_global_state_read_from_memory_follows_a_new_bit_generator(numpy_rng: None) -> None:
     """The raw read of numpy's global RNG keeps views of its memory from one yield to the
     next; after np.random.set_bit_generator it reads the new generator, with its own
     position and cached gauss, and restoring gives its draws back."""
     from resumable import _rng
 
-    saved = np.random.get_state(legacy=False)
-    try:
-        np.random.seed(1)
-        for seed in (7, 8):
-            _rng.capture()  # views made for the generator in use
-            np.random.set_bit_generator(np.random.MT19937(seed))
-            np.random.random(5 + seed)
-            np.random.standard_normal()  # an odd count: a gauss stays cached
-            expected = np.random.get_state()
-            state = _rng.capture()
-            assert state["numpy"][0] == "MT19937-raw"  # the fast path is the one tested
-            first = [*np.random.random(4).tolist(), np.random.standard_normal()]
-            np.random.seed(0)
-            _rng.restore(state)
-            got = np.random.get_state()
-            assert got[1].tolist() == expected[1].tolist() and got[2:] == expected[2:], seed
-            assert [*np.random.random(4).tolist(), np.random.standard_normal()] == first
-    finally:
-        np.random.set_bit_generator(np.random.MT19937())
-        np.random.set_state(saved)
+    np.random.seed(1)
+    for seed in (7, 8):
+        _rng.capture()  # views made for the generator in use
+        np.random.set_bit_generator(np.random.MT19937(seed))
+        np.random.random(5 + seed)
+        np.random.standard_normal()  # an odd count: a gauss stays cached
+        expected = np.random.get_state()
+        state = _rng.capture()
+        assert state["numpy"][0] == "MT19937-raw"  # the fast path is the one tested
+        first = [*np.random.random(4).tolist(), np.random.standard_normal()]
+        np.random.seed(0)
+        _rng.restore(state)
+        got = np.random.get_state()
+        assert got[1].tolist() == expected[1].tolist() and got[2:] == expected[2:], seed
+        assert [*np.random.random(4).tolist(), np.random.standard_normal()] == first
 
 
 def test_random_state_read_from_memory_follows_a_new_global_instance() -> None:
