@@ -325,7 +325,10 @@ class _Pickler:
         # A plain dict: the C pickler looks up the type of every object it reduces in it.
         self.dispatch = dispatch = {
             **(table if isinstance(table, Mapping) else copyreg.dispatch_table),
-            arrays.ndarray: arrays.reduce, _Leave: arrays.leave}
+            _Leave: arrays.leave}
+        # (a program's own reducer for arrays, copyreg.pickle(np.ndarray, ...), stands:
+        # its arrays are then pickled as it says, without the layout)
+        dispatch.setdefault(arrays.ndarray, arrays.reduce)
         self.pandas = False  # (its managers' entries: once pandas is imported)
         pickler: Any = base.__new__(base)  # type: ignore[call-overload]
         if base is not pickle.Pickler:

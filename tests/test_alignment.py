@@ -389,3 +389,32 @@ def test_a_reducer_replaced_after_the_first_save_is_used() -> None:
         assert _round_trip(_Registered()) == 2
     finally:
         copyreg.dispatch_table.pop(_Registered, None)
+
+
+@pytest.mark.parametrize("serializer", ["pickle", "cloudpickle"])
+def test_a_users_reducer_for_ndarray_is_used_not_overridden(serializer: str) -> None:
+    """A program that registers its own reducer for numpy arrays (copyreg.pickle) gets it
+    used, as with plain pickle; the layout's reduction took its place in every snapshot
+    (left alone in notes 19 and 20). Arrays are then pickled as that reducer says."""
+    import copyreg
+
+    from resumable.serializers import dumps_frames, get_serializer, loads_frames
+
+    calls: list[tuple[int, ...]] = []
+
+    def mine(arr: np.ndarray) -> Any:
+        calls.append(arr.shape)
+        return np.array, (arr.tolist(), arr.dtype.str)
+
+    copyreg.pickle(np.ndarray, mine)
+    try:
+        state = {"a": np.arange(6.0).reshape(2, 3), "b": np.arange(3)}
+        frames = dumps_frames(get_serializer(serializer), state, "state")
+        assert sorted(calls) == [(2, 3), (3,)], calls
+        back = loads_frames(get_serializer(serializer), [memoryview(f) for f in frames])
+        assert back["a"].tolist() == state["a"].tolist() and back["b"].dtype == state["b"].dtype
+    finally:
+        copyreg.dispatch_table.pop(np.ndarray, None)
+    calls.clear()
+    dumps_frames(get_serializer(serializer), {"a": np.arange(3)}, "state")
+    assert calls == []  # (unregistered: the layout's own again)
