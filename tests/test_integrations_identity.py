@@ -694,6 +694,38 @@ def test_pygad_run_mismatch_names_the_ga_attribute_that_differs(tmp_path: Path) 
     assert "'mutation_probability' (0.1 in the run, 0.2 in this call)" in str(err.value)
 
 
+def test_an_unseeded_pygad_ga_is_told_it_cannot_resume(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """PyGAD without random_seed draws its initial population and its generators from the
+    OS: each process's GA is another run, so a restarted pod silently started over at
+    generation 0 (left alone in notes 18-20). That is said when such a run starts, as for
+    an unseeded cma es; a seeded GA, or one resumed, is not warned about."""
+    import pygad
+
+    from resumable.integrations.pygad import run
+
+    def fitness(ga: Any, solution: Any, index: int) -> float:
+        return -float(np.sum(solution ** 2))
+
+    def ga(**seed: Any) -> Any:
+        return pygad.GA(num_generations=2, num_parents_mating=2, sol_per_pop=4,
+                        num_genes=3, fitness_func=fitness, suppress_warnings=True, **seed)
+
+    caplog.set_level("WARNING", logger="resumable")
+    for _ in range(2):
+        run(ga(), store=str(tmp_path / "unseeded"))
+    told = [r.getMessage() for r in caplog.records if "no random_seed" in r.getMessage()]
+    assert len(told) == 2, told  # each process's GA is a new run: the warning was right
+    assert "random_seed=1" in told[0] and "starts over" in told[0], told[0]
+    assert len(_runs(tmp_path / "unseeded")) == 2
+
+    caplog.clear()
+    for _ in range(2):  # the second call finds the first's run
+        run(ga(random_seed=4), store=str(tmp_path / "seeded"))
+    assert len(_runs(tmp_path / "seeded")) == 1
+    assert not [r for r in caplog.records if "random_seed" in r.getMessage()]
+
+
 _FROZENSET_CONST = """
 from resumable.integrations._identity import digest
 
