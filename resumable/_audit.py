@@ -816,6 +816,9 @@ class Sandbox:
         # 42, 43: taken as the audit's, a real run's writes were lost; taken as real, the
         # audit's late work reached the experiment).
         self.closed = False
+        # The process it lives in: a process forked from there (a fork pool the body makes)
+        # has a copy, whose writes no one reads (review 44), and is refused.
+        self.pid = os.getpid()
 
     def new_run(self) -> None:
         with self.lock:
@@ -888,6 +891,8 @@ def current_sandbox(what: str) -> Sandbox | None:
     """
     mine = _SANDBOX.get()
     if mine is not None:
+        if mine.pid != os.getpid():
+            raise _forked(what, mine)
         if mine.closed:
             # A copy of an audit's context used after the audit: work of the audit still
             # going (a thread it left behind), or a real run's through a worker the audit
@@ -902,9 +907,22 @@ def current_sandbox(what: str) -> Sandbox | None:
         return mine
     whole = _whole_process
     if whole is not None:
+        if whole.pid != os.getpid():
+            raise _forked(what, whole)
         return whole
     _check_not_audit_child(what)
     return None
+
+
+def _forked(what: str, sandbox: Sandbox) -> ConfigurationError:
+    return ConfigurationError(
+        f"{what} in a process forked from f.audit of {sandbox.name} (pid {sandbox.pid}): "
+        "the audit's overlay is in that process, not here, so what this one writes would "
+        "reach neither the audit nor the store, and a process forked during an audit (a "
+        "fork pool the body makes at its first use) cannot be told from a real run's "
+        "later. An audited body must migrate from its own process (its thread, or threads "
+        "in a copy of its context); a pool that serves real runs must not be made inside "
+        "an audit")
 
 
 # -- running the function -------------------------------------------------------------

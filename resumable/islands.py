@@ -39,7 +39,9 @@ body (its thread, threads in a copy of its context, every thread of a
 ``fresh_process=True`` interpreter), the plan, migrants and finish markers it writes go
 to the audit's private overlay, and reads look there first, then in the store. Any other
 thread is real, audit or not: a plain thread the body starts, and processes it starts,
-write to the experiment (threads cannot be told to be the body's otherwise).
+write to the experiment (threads cannot be told to be the body's otherwise); a process
+forked from an audit (a fork pool made inside it) is refused, as its writes would go into
+a copy of the overlay that nobody reads.
 The island's own objects are the audit's alone, so a resume's republish is compared with
 the audit's uninterrupted run's (a non-deterministic body is still caught). A neighbour's
 migrants that are nowhere are a ConfigurationError at once, never a wait: the audit

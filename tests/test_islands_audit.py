@@ -525,3 +525,54 @@ def test_a_copy_of_the_audits_context_used_after_it_is_refused(folder: Path) -> 
     assert done.wait(120)
     assert errors and isinstance(errors[0], ConfigurationError), errors
     assert _files(folder) == {}
+
+
+POOLS: dict[str, Any] = {}
+
+
+def _pool_publish(folder: str, experiment: str, index: int, generation: int) -> int:
+    Archipelago(folder, experiment, 2, TOPOLOGY, every=2).publish(index, generation,
+                                                                  [generation])
+    return os.getpid()
+
+
+@checkpointed(store=RUNS)
+def _via_fork_pool(folder: str, experiment: str, index: int, generations: int, *,
+                   state: Any = None) -> Generator[Any]:
+    """Island 0, migrating through a fork pool the process makes at its first call."""
+    import multiprocessing
+
+    if folder not in POOLS:
+        POOLS[folder] = multiprocessing.get_context("fork").Pool(1)
+    state = state or {"generation": 0}
+    while state["generation"] < generations:
+        state["generation"] += 1
+        g = state["generation"]
+        if g % 2 == 0:
+            POOLS[folder].apply(_pool_publish, (folder, experiment, index, g))
+        yield state
+    return state
+
+
+def test_a_process_forked_inside_an_audit_is_refused_not_a_silent_overlay(
+        folder: Path) -> None:
+    """A fork pool the body makes at its first use, when that is inside an audit: its
+    worker inherited a copy of the audit's overlay, so the audit's migrations went into a
+    copy nobody reads (the audit reported ok), and so did every later real run's through
+    that pool: the experiment stayed empty and the neighbours waited their timeout
+    (review 44). Work in a process forked from an audit is refused, during the audit and
+    after it, and nothing reaches the experiment."""
+    url, exp = str(folder), "exp"
+    try:
+        # (before: the audit reported ok, its migrations in a copy nobody read)
+        with pytest.raises(ResumableError, match=r"uninterrupted run raised "
+                           r"ConfigurationError.*forked from f\.audit of _via_fork_pool"):
+            _via_fork_pool.audit(url, exp, 0, 4, steps=4)
+        with pytest.raises(ConfigurationError, match=r"forked from f\.audit"):
+            _via_fork_pool(url, exp, 0, 4)
+        assert _files(folder) == {}
+    finally:
+        pool = POOLS.pop(url, None)
+        if pool is not None:
+            pool.terminate()
+            pool.join()
