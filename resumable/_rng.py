@@ -23,9 +23,11 @@ import contextlib
 import ctypes
 import importlib
 import logging
+import os
 import random
 import struct
 import sys
+import threading
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -192,6 +194,11 @@ def _restore_numpy(np: Any, saved: Any) -> None:
             "RandomState.set_state cannot take back (it has no 'state' entry), so the run "
             "cannot resume with it: draw from a Generator of that bit generator kept in the "
             "state (or passed as an argument) instead of numpy's global RNG")
+    with _restoring:  # (two runs resuming in two threads: one decision and set at a time)
+        _restore_numpy_locked(np, saved, kind)
+
+
+def _restore_numpy_locked(np: Any, saved: Any, kind: Any) -> None:
     rs: Any = getattr(np.random.get_state, "__self__", None)
     previous: Any = getattr(rs, "_bit_generator", None)
     fields = (set(saved["state"]) if isinstance(saved, dict)
@@ -220,17 +227,20 @@ def _restore_numpy(np: Any, saved: Any) -> None:
                 f"numpy's global RNG was saved on the bit generator {kind!r}, and "
                 f"{candidates[0]!r}() cannot be made to restore it: {type(err).__name__}: "
                 f"{err}") from err
-        # What to put back if the state is refused: the generator's own state and the
-        # normal it has cached (read without the lock, which a draw may hold: the switch
-        # waits for it, bounded; get_state would wait for ever).
-        before = {**previous.state, **_cached_normal(np, rs)}
+    # What to put back if the state is refused: the generator's own state and the normal
+    # it has cached (numpy's set_state writes the saved one before the generator refuses
+    # the rest, review 44). Read from memory, not with get_state, which takes the lock.
+    before = ({**previous.state, **_cached_normal(np, rs)}
+              if type(rs) is np.random.RandomState and previous is not None else None)
+    if switched:
         _switch(rs, made, kind)
     try:
         np.random.set_state(saved)
     except Exception as err:  # (ValueError, KeyError, OverflowError, IndexError...)
         if switched:
             _switch(rs, previous, kind)
-            rs.set_state(before)  # as it was, with its cached normal (review 43)
+        if before is not None:
+            rs.set_state(before)  # as it was, with its cached normal (reviews 43, 44)
         raise ConfigurationError(
             f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
             f"(bit generator {kind!r}): {type(err).__name__}: {err}") from err
@@ -255,19 +265,34 @@ def _switch(rs: Any, generator: Any, kind: Any) -> None:
     the wait is bounded (review 43)."""
     current = rs._bit_generator
     _replaced.append(current)
-    if not current.lock.acquire(timeout=_SWITCH_WAIT):
+    lock = current.lock
+    if isinstance(lock, _RLOCK):
+        # numpy >= 2: this thread may hold it; a draw in another thread is waited for, as
+        # set_state waits for it (a bound made that wait a fatal error, review 44)
+        lock.acquire()
+    elif not lock.acquire(timeout=_SWITCH_WAIT):
         raise ConfigurationError(
             f"numpy's global RNG could not be switched to the bit generator {kind!r} the "
-            f"checkpoint was saved on: its lock was held for {_SWITCH_WAIT:.0f} s (by a "
-            "thread drawing, or by this one: restore outside "
-            "`with np.random.get_bit_generator().lock`)")
+            f"checkpoint was saved on: its lock was held for {_SWITCH_WAIT:.0f} s (numpy < 2 "
+            "has a plain lock there, which the thread holding it cannot take again: restore "
+            "outside `with np.random.get_bit_generator().lock`)")
     try:
         rs.__init__(generator)
     finally:
         current.lock.release()
 
 
-_SWITCH_WAIT = 30.0  # seconds a switch waits for a draw (one holds the lock for its length)
+_SWITCH_WAIT = 30.0  # seconds a switch waits for numpy < 2's plain lock (a draw holds it)
+_RLOCK = type(threading.RLock())
+_restoring = threading.Lock()
+
+
+def _new_restoring_lock_in_child() -> None:
+    global _restoring  # (a thread of the parent may have held it at the fork)
+    _restoring = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_restoring_lock_in_child)
 
 
 def _has_fields(generator: Any, fields: set[str]) -> bool:

@@ -920,21 +920,122 @@ def test_a_failed_switching_restore_leaves_numpys_rng_exactly_as_it_was(
     assert [np.random.standard_normal(), *np.random.random(2).tolist()] == expected
 
 
-def test_a_switch_waits_for_the_generators_lock_for_a_bounded_time(
+@pytest.mark.parametrize("bad", ["short-key", "bad-pos", "legacy-short-key", "pcg64-bad-inc"])
+def test_a_refused_state_of_the_same_kind_leaves_numpys_rng_exactly_as_it_was(
+        numpy_rng: None, bad: str) -> None:
+    """A saved state of the kind in place (no switch) that set_state refuses: numpy writes
+    the cached normal before the bit generator refuses the rest, so the next normal drawn
+    was the broken state's (review 44); the generator is put back exactly here too."""
+    from resumable import _rng
+
+    if bad == "pcg64-bad-inc":
+        np.random.set_bit_generator(np.random.PCG64(5))
+    else:
+        np.random.seed(1)
+    before = np.random.get_state(legacy=False)
+    expected = [np.random.standard_normal(), *np.random.random(2).tolist()]
+    np.random.set_state(before)
+    broken: Any = {
+        "short-key": {"bit_generator": "MT19937", "has_gauss": 1, "gauss": 123.456,
+                      "state": {"key": np.zeros(3, dtype=np.uint32), "pos": 0}},
+        "bad-pos": {"bit_generator": "MT19937", "has_gauss": 1, "gauss": 7.5,
+                    "state": {"key": np.zeros(624, dtype=np.uint32), "pos": "x"}},
+        "legacy-short-key": ("MT19937", np.zeros(3, dtype=np.uint32), 0, 1, 99.0),
+        "pcg64-bad-inc": {"bit_generator": "PCG64", "state": {"state": 1, "inc": "bad"},
+                          "has_uint32": 0, "uinteger": 0, "has_gauss": 1, "gauss": 42.0},
+    }[bad]
+    with pytest.raises(ConfigurationError, match="cannot be restored"):
+        _rng.restore({"random": random.getstate(), "numpy": broken})
+    assert [np.random.standard_normal(), *np.random.random(2).tolist()] == expected
+
+
+def test_two_threads_restoring_other_kinds_at_once_both_succeed(numpy_rng: None) -> None:
+    """Two runs resuming in two threads, one saved on PCG64 and one on MT19937: a restore
+    decided whether to switch, then another thread switched the kind before its set_state,
+    which refused the state: a ConfigurationError (exit 78) for a sound checkpoint
+    (review 44). Restores of the global RNG now take turns."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(np.random.PCG64(1))
+    pcg = _rng.capture()
+    np.random.set_bit_generator(np.random.MT19937(2))
+    mt = _rng.capture()
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def restoring(state: Any) -> None:
+        start.wait(60)
+        for _ in range(3000):
+            try:
+                _rng.restore(state)
+            except BaseException as err:
+                errors.append(err)
+                return
+
+    threads = [threading.Thread(target=restoring, args=(s,)) for s in (pcg, mt)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[0]
+
+
+def test_a_switch_waits_for_a_draw_in_another_thread_past_the_bound(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy >= 2's lock is reentrant, so the bound on the switch's wait (for numpy < 2's
+    plain lock, below) only turned a draw in another thread that held it longer into a
+    fatal ConfigurationError, while set_state waits for the same lock unbounded (review
+    44). Such a wait is now as long as the draw."""
+    from resumable import _rng
+
+    monkeypatch.setattr(_rng, "_SWITCH_WAIT", 0.01)
+    np.random.set_bit_generator(np.random.PCG64(1))
+    state = _rng.capture()
+    expected = np.random.random(3).tolist()
+    np.random.set_bit_generator(np.random.SFC64(1))
+    errors: list[BaseException] = []
+
+    def restoring() -> None:
+        try:
+            _rng.restore(state)
+        except BaseException as err:
+            errors.append(err)
+
+    with _generator_lock_held_by_another_thread():  # as a long draw holds it
+        restorer = threading.Thread(target=restoring)
+        restorer.start()
+        restorer.join(0.5)  # (50 times the bound)
+    restorer.join(120)
+    assert not errors, errors[0]
+    assert type(np.random.get_state.__self__._bit_generator) is np.random.PCG64
+    assert np.random.random(3).tolist() == expected
+
+
+class _PlainLocked(np.random.SFC64):
+    """A bit generator with a plain, not reentrant, lock, as numpy < 2 makes them."""
+
+    plain = threading.Lock()
+
+    @property  # type: ignore[override]
+    def lock(self) -> Any:
+        return _PlainLocked.plain
+
+
+def test_a_switch_gives_up_on_a_plain_lock_this_thread_holds(
         numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy < 2 has a plain Lock on its bit generators: a thread that holds it and
-    restores waited for itself for ever (review 43). The wait is bounded, then a
-    ConfigurationError says why; here another thread holds it past a short bound."""
+    restores waited for itself for ever (review 43). That wait is bounded, then a
+    ConfigurationError says why, and the generator stays as it was."""
     from resumable import _rng
 
     monkeypatch.setattr(_rng, "_SWITCH_WAIT", 0.2)
     np.random.set_bit_generator(np.random.PCG64(1))
     state = _rng.capture()
-    np.random.set_bit_generator(np.random.SFC64(1))
-    with _generator_lock_held_by_another_thread(), \
-            pytest.raises(ConfigurationError, match="its lock was held"):
+    held = _PlainLocked(1)
+    np.random.set_bit_generator(held)
+    with _PlainLocked.plain, pytest.raises(ConfigurationError, match="numpy < 2"):
         _rng.restore(state)
-    assert type(np.random.get_state.__self__._bit_generator) is np.random.SFC64
+    assert np.random.get_state.__self__._bit_generator is held
 
 
 def test_a_run_that_switches_numpys_global_bit_generator_resumes(
