@@ -194,11 +194,28 @@ def _restore_numpy(np: Any, saved: Any) -> None:
             "RandomState.set_state cannot take back (it has no 'state' entry), so the run "
             "cannot resume with it: draw from a Generator of that bit generator kept in the "
             "state (or passed as an argument) instead of numpy's global RNG")
-    with _restoring:  # (two runs resuming in two threads: one decision and set at a time)
-        _restore_numpy_locked(np, saved, kind)
+    # Two runs resuming in two threads: one decision and set_state at a time (review 44),
+    # under the generator's lock, then the restores' one: in the order set_state takes
+    # them, so a thread that holds the generator's lock and restores waits for no one
+    # who waits for it (review 45). Both are reentrant: a restore inside a restore (a
+    # signal handler's) runs.
+    rs: Any = getattr(np.random.get_state, "__self__", None)
+    while True:
+        generator: Any = getattr(rs, "_bit_generator", None)
+        lock = getattr(generator, "lock", None)
+        # (numpy < 2's plain lock is not taken here: the thread holding it would wait for
+        # itself; the switch bounds its wait for it)
+        with lock if isinstance(lock, _RLOCK) else contextlib.nullcontext(), _restoring:
+            if (getattr(rs, "_bit_generator", None) is generator
+                    and _restore_numpy_locked(np, saved, kind)):
+                return
+        # (switched by another thread while this one waited for the old one's lock, or by
+        # a restore inside this one: decided again)
 
 
-def _restore_numpy_locked(np: Any, saved: Any, kind: Any) -> None:
+def _restore_numpy_locked(np: Any, saved: Any, kind: Any) -> bool:
+    """Whether it is done; False when a restore inside this one (a signal handler's)
+    switched the generator between the decision and set_state, which then refused."""
     rs: Any = getattr(np.random.get_state, "__self__", None)
     previous: Any = getattr(rs, "_bit_generator", None)
     fields = (set(saved["state"]) if isinstance(saved, dict)
@@ -234,9 +251,12 @@ def _restore_numpy_locked(np: Any, saved: Any, kind: Any) -> None:
               if type(rs) is np.random.RandomState and previous is not None else None)
     if switched:
         _switch(rs, made, kind)
+    decided = made if switched else previous  # (what set_state must find in place)
     try:
         np.random.set_state(saved)
     except Exception as err:  # (ValueError, KeyError, OverflowError, IndexError...)
+        if decided is not None and getattr(rs, "_bit_generator", None) is not decided:
+            return False
         if switched:
             _switch(rs, previous, kind)
         if before is not None:
@@ -244,6 +264,7 @@ def _restore_numpy_locked(np: Any, saved: Any, kind: Any) -> None:
         raise ConfigurationError(
             f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
             f"(bit generator {kind!r}): {type(err).__name__}: {err}") from err
+    return True
 
 
 def _cached_normal(np: Any, rs: Any) -> dict[str, Any]:
@@ -284,12 +305,12 @@ def _switch(rs: Any, generator: Any, kind: Any) -> None:
 
 _SWITCH_WAIT = 30.0  # seconds a switch waits for numpy < 2's plain lock (a draw holds it)
 _RLOCK = type(threading.RLock())
-_restoring = threading.Lock()
+_restoring = threading.RLock()
 
 
 def _new_restoring_lock_in_child() -> None:
     global _restoring  # (a thread of the parent may have held it at the fork)
-    _restoring = threading.Lock()
+    _restoring = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_new_restoring_lock_in_child)

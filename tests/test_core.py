@@ -980,6 +980,95 @@ def test_two_threads_restoring_other_kinds_at_once_both_succeed(numpy_rng: None)
     assert not errors, errors[0]
 
 
+def test_a_restore_while_this_thread_holds_numpys_lock_and_another_restores_finishes(
+        numpy_rng: None) -> None:
+    """Thread A holds numpy's generator lock (numpy's pattern for a thread drawing in
+    bulk) and restores; thread B restores meanwhile. B took the restores' lock and then
+    waited, in set_state, for A's generator lock, while A waited for the restores' lock:
+    both hung for ever (review 45 of 01227eb). Locks are taken in one order now: the
+    generator's, then the restores'."""
+    from resumable import _rng
+
+    np.random.seed(1)
+    state = _rng.capture()
+    expected = np.random.random(3).tolist()
+    a_holds = threading.Event()
+    done: list[str] = []
+    errors: list[BaseException] = []
+
+    def run(name: str, body: Callable[[], None]) -> threading.Thread:
+        def target() -> None:
+            try:
+                body()
+                done.append(name)
+            except BaseException as err:
+                errors.append(err)
+        thread = threading.Thread(target=target, daemon=True)  # (a hang must not block exit)
+        thread.start()
+        return thread
+
+    def a() -> None:
+        with np.random.get_state.__self__._bit_generator.lock:
+            a_holds.set()
+            b.join(0.5)  # (B is in its restore, waiting for this lock)
+            _rng.restore(state)
+
+    b_go = threading.Event()
+
+    def restore_b() -> None:
+        assert b_go.wait(60)
+        _rng.restore(state)
+
+    b = run("B", restore_b)
+    thread_a = run("A", a)
+    assert a_holds.wait(60)
+    b_go.set()
+    thread_a.join(60)
+    b.join(60)
+    assert not errors, errors[0]
+    assert sorted(done) == ["A", "B"], f"hung: {sorted({'A', 'B'} - set(done))}"
+    assert np.random.random(3).tolist() == expected
+
+
+def test_a_restore_inside_a_restore_in_one_thread_finishes(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal handler (or a bit generator's own code) that restores while this thread is
+    inside a restore waited for the restores' lock, which this thread held: a hang (review
+    45 of 01227eb). The lock is reentrant: the inner restore runs, then the outer one."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(np.random.PCG64(1))
+    inner = _rng.capture()
+    np.random.set_bit_generator(np.random.MT19937(2))
+    outer = _rng.capture()
+    expected = np.random.random(3).tolist()
+    real = _rng._cached_normal
+    calls: list[int] = []
+
+    def nested(np_: Any, rs: Any) -> dict[str, Any]:  # (inside the outer restore's locks)
+        if not calls:
+            calls.append(1)
+            _rng.restore(inner)  # as a signal handler would
+        return real(np_, rs)
+
+    monkeypatch.setattr(_rng, "_cached_normal", nested)
+    errors: list[BaseException] = []
+
+    def restoring() -> None:
+        try:
+            _rng.restore(outer)
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=restoring, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the restore inside a restore waited for itself"
+    assert calls and not errors, errors[0] if errors else "the inner restore never ran"
+    assert type(np.random.get_state.__self__._bit_generator) is np.random.MT19937
+    assert np.random.random(3).tolist() == expected  # the outer one's, done last
+
+
 def test_a_switch_waits_for_a_draw_in_another_thread_past_the_bound(
         numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy >= 2's lock is reentrant, so the bound on the switch's wait (for numpy < 2's
