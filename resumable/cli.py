@@ -673,8 +673,9 @@ def _rm_completed(args: argparse.Namespace) -> int:
             continue
         doomed.append((run_id, names, _age(info.created)))
     if not doomed:
+        note = f" ({_MEMORY_NOTE})" if store.url.startswith("memory://") else ""
         print(f"no completed runs{'' if min_age is None else ' older than ' + args.older_than}"
-              f" in {store.url}")
+              f" in {store.url}{note}")
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
@@ -813,7 +814,8 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
                         f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
     hint = (f"; runs are one level down, e.g. `{PROG} ls {_below(store_text, folders[0])}`"
-            if folders else f"; list its runs with `{PROG} ls {store_text}`")
+            if folders else f" ({_MEMORY_NOTE})" if store_text.startswith("memory://")
+            else f"; list its runs with `{PROG} ls {store_text}`")
     return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
                     f"store with no runs{hint}", EXIT_CONFIG)
 

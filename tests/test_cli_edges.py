@@ -309,6 +309,20 @@ def test_a_run_named_in_a_memory_store_from_a_shell_is_explained(command: str) -
     assert "ls memory://" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("args", [["show"], ["verify"], ["rm", "--yes"],
+                                  ["rm", "--completed"],
+                                  ["rm", "--completed", "--older-than", "1d"]],
+                         ids=["show", "verify", "rm", "rm-completed", "rm-completed-older"])
+def test_every_command_on_a_memory_store_from_a_shell_says_why_it_is_empty(
+        args: list[str]) -> None:
+    """Without a RUN_ID, show/verify/rm still sent the user to `resumable ls memory://x`,
+    and `rm --completed` said only "no completed runs" (review 45 of 13ceef9)."""
+    proc = cli(*args, "memory://from-a-shell")
+    said = proc.stdout + proc.stderr
+    assert "lives in the process that made it" in said, said
+    assert "ls memory://" not in said, said
+
+
 def test_a_file_resumable_never_writes_is_shown_as_not_its_own_not_as_damage(
         tmp_path: Path) -> None:
     """`show` listed someone's model.pt with BYTES 0 (never read, so unknown) and a HEADER
