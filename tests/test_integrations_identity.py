@@ -714,7 +714,7 @@ def test_an_unseeded_pygad_ga_is_told_it_cannot_resume(tmp_path: Path,
     caplog.set_level("WARNING", logger="resumable")
     for _ in range(2):
         run(ga(), store=str(tmp_path / "unseeded"))
-    told = [r.getMessage() for r in caplog.records if "no random_seed" in r.getMessage()]
+    told = [r.getMessage() for r in caplog.records if "made without random_seed" in r.getMessage()]
     assert len(told) == 2, told  # each process's GA is a new run: the warning was right
     assert "random_seed=1" in told[0] and "starts over" in told[0], told[0]
     assert len(_runs(tmp_path / "unseeded")) == 2

@@ -80,12 +80,14 @@ def run(ga_instance: Any, **options: Any) -> Any:
             if state is None:
                 if getattr(ga, "random_seed", 0) is None:
                     log.warning(
-                        "resumable.integrations.pygad: this GA has no random_seed, so PyGAD "
-                        "drew its initial population and its generators from the OS: a "
-                        "restarted process makes another GA, which is another run, and starts "
-                        "over instead of resuming this one (under a fixed run_id= it fails "
-                        "with RunMismatchError). Give it a fixed seed: pygad.GA(..., "
-                        "random_seed=1)")
+                        "resumable.integrations.pygad: this GA was made without random_seed, "
+                        "so PyGAD seeded its generators (numpy_random_generator, "
+                        "python_random_generator) from the OS, and drew the initial "
+                        "population from them unless initial_population= was given. Unless "
+                        "this program replaced both generators with seeded ones, a restarted "
+                        "process makes another GA, which is another run, and starts over "
+                        "instead of resuming this one (under a fixed run_id= it fails with "
+                        "RunMismatchError). Give it a fixed seed: pygad.GA(..., random_seed=1)")
                 vars(ga).update(pristine.fresh(_attributes(ga)))
                 loop = _start(ga)
                 yield snapshot(loop)
