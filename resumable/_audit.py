@@ -918,11 +918,13 @@ def _forked(what: str, sandbox: Sandbox) -> ConfigurationError:
     return ConfigurationError(
         f"{what} in a process forked from f.audit of {sandbox.name} (pid {sandbox.pid}): "
         "the audit's overlay is in that process, not here, so what this one writes would "
-        "reach neither the audit nor the store, and a process forked during an audit (a "
-        "fork pool the body makes at its first use) cannot be told from a real run's "
-        "later. An audited body must migrate from its own process (its thread, or threads "
-        "in a copy of its context); a pool that serves real runs must not be made inside "
-        "an audit")
+        "reach neither the audit nor the store, and a process forked during an audit cannot "
+        "be told from a real run's later. A fork pool made inside the audited body, or one "
+        "whose workers start at a submit (concurrent.futures.ProcessPoolExecutor forks them "
+        "from the submitting thread), has such workers: an audited body must migrate from "
+        "its own process (its thread, or threads in a copy of its context), and a pool that "
+        "serves real runs needs workers started outside any audit (make a new pool after "
+        "the audit)")
 
 
 # -- running the function -------------------------------------------------------------
