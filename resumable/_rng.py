@@ -23,7 +23,6 @@ import contextlib
 import ctypes
 import importlib
 import logging
-import os
 import random
 import struct
 import sys
@@ -194,28 +193,26 @@ def _restore_numpy(np: Any, saved: Any) -> None:
             "RandomState.set_state cannot take back (it has no 'state' entry), so the run "
             "cannot resume with it: draw from a Generator of that bit generator kept in the "
             "state (or passed as an argument) instead of numpy's global RNG")
-    # Two runs resuming in two threads: one decision and set_state at a time (review 44),
-    # under the generator's lock, then the restores' one: in the order set_state takes
-    # them, so a thread that holds the generator's lock and restores waits for no one
-    # who waits for it (review 45). Both are reentrant: a restore inside a restore (a
-    # signal handler's) runs.
-    rs: Any = getattr(np.random.get_state, "__self__", None)
-    while True:
-        generator: Any = getattr(rs, "_bit_generator", None)
-        lock = getattr(generator, "lock", None)
-        # (numpy < 2's plain lock is not taken here: the thread holding it would wait for
-        # itself; the switch bounds its wait for it)
-        with lock if isinstance(lock, _RLOCK) else contextlib.nullcontext(), _restoring:
-            if (getattr(rs, "_bit_generator", None) is generator
-                    and _restore_numpy_locked(np, saved, kind)):
-                return
-        # (switched by another thread while this one waited for the old one's lock, or by
-        # a restore inside this one: decided again)
+    # Two runs resuming in two threads, one saved on each kind: another thread's switch
+    # may come between this one's decision and its set_state, which then refuses a sound
+    # state (review 44). That is seen, and decided again. No lock is held across the
+    # decision: one there stood in a cycle with numpy's own lock (a thread holding it
+    # while restoring, review 45; a switch in the middle, review 46), and a fork in the
+    # middle left it held in the child.
+    for _ in range(_RETRIES):
+        if _restore_numpy_once(np, saved, kind):
+            return
+    raise ConfigurationError(
+        f"numpy's global RNG could not be restored to the state saved with the checkpoint "
+        f"(bit generator {kind!r}): other threads switched its bit generator {_RETRIES} "
+        "times while this restore ran; do not switch numpy's global RNG (or resume runs) "
+        "in other threads during a resume, or keep a Generator in the state")
 
 
-def _restore_numpy_locked(np: Any, saved: Any, kind: Any) -> bool:
-    """Whether it is done; False when a restore inside this one (a signal handler's)
-    switched the generator between the decision and set_state, which then refused."""
+def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
+    """Whether it is done; False when another restore (another thread's, or a signal
+    handler's inside this one) switched the generator between the decision and
+    set_state, which then refused."""
     rs: Any = getattr(np.random.get_state, "__self__", None)
     previous: Any = getattr(rs, "_bit_generator", None)
     fields = (set(saved["state"]) if isinstance(saved, dict)
@@ -284,36 +281,34 @@ def _switch(rs: Any, generator: Any, kind: Any) -> None:
     (freed, that was a segfault, review 42). numpy < 2 has a plain Lock there: a thread
     that holds it (numpy's "extending" pattern) and restores would wait for itself, so
     the wait is bounded (review 43)."""
-    current = rs._bit_generator
-    _replaced.append(current)
-    lock = current.lock
-    if isinstance(lock, _RLOCK):
-        # numpy >= 2: this thread may hold it; a draw in another thread is waited for, as
-        # set_state waits for it (a bound made that wait a fatal error, review 44)
-        lock.acquire()
-    elif not lock.acquire(timeout=_SWITCH_WAIT):
-        raise ConfigurationError(
-            f"numpy's global RNG could not be switched to the bit generator {kind!r} the "
-            f"checkpoint was saved on: its lock was held for {_SWITCH_WAIT:.0f} s (numpy < 2 "
-            "has a plain lock there, which the thread holding it cannot take again: restore "
-            "outside `with np.random.get_bit_generator().lock`)")
-    try:
-        rs.__init__(generator)
-    finally:
-        current.lock.release()
+    while True:
+        current = rs._bit_generator
+        lock = current.lock  # (the one taken is the one let go of: a property may make
+        # a new one at each read, review 46)
+        if isinstance(lock, _RLOCK):
+            # numpy >= 2: this thread may hold it; a draw in another thread is waited
+            # for, as set_state waits for it (a bound made that a fatal error, review 44)
+            lock.acquire()
+        elif not lock.acquire(timeout=_SWITCH_WAIT):
+            raise ConfigurationError(
+                f"numpy's global RNG could not be switched to the bit generator {kind!r} "
+                f"the checkpoint was saved on: its lock was held for {_SWITCH_WAIT:.0f} s "
+                "(numpy < 2 has a plain lock there, which the thread holding it cannot "
+                "take again: restore outside `with np.random.get_bit_generator().lock`)")
+        try:
+            if rs._bit_generator is not current:
+                continue  # (switched while this one waited: the lock of the one in place)
+            # (read again: a signal handler's restore may have switched it meanwhile)
+            _replaced.append(rs._bit_generator)
+            rs.__init__(generator)
+            return
+        finally:
+            lock.release()
 
 
 _SWITCH_WAIT = 30.0  # seconds a switch waits for numpy < 2's plain lock (a draw holds it)
 _RLOCK = type(threading.RLock())
-_restoring = threading.RLock()
-
-
-def _new_restoring_lock_in_child() -> None:
-    global _restoring  # (a thread of the parent may have held it at the fork)
-    _restoring = threading.RLock()
-
-
-os.register_at_fork(after_in_child=_new_restoring_lock_in_child)
+_RETRIES = 1000  # decisions a restore makes again when other threads keep switching
 
 
 def _has_fields(generator: Any, fields: set[str]) -> bool:

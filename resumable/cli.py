@@ -814,7 +814,7 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
                         f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
     hint = (f"; runs are one level down, e.g. `{PROG} ls {_below(store_text, folders[0])}`"
-            if folders else f" ({_MEMORY_NOTE})" if store_text.startswith("memory://")
+            if folders else f" ({_MEMORY_NOTE})" if store_text.lower().startswith("memory://")
             else f"; list its runs with `{PROG} ls {store_text}`")
     return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
                     f"store with no runs{hint}", EXIT_CONFIG)

@@ -317,7 +317,7 @@ def test_every_command_on_a_memory_store_from_a_shell_says_why_it_is_empty(
         args: list[str]) -> None:
     """Without a RUN_ID, show/verify/rm still sent the user to `resumable ls memory://x`,
     and `rm --completed` said only "no completed runs" (review 45 of 13ceef9)."""
-    proc = cli(*args, "memory://from-a-shell")
+    proc = cli(*args, "MEMORY://from-a-shell" if args == ["show"] else "memory://from-a-shell")
     said = proc.stdout + proc.stderr
     assert "lives in the process that made it" in said, said
     assert "ls memory://" not in said, said

@@ -1069,6 +1069,128 @@ def test_a_restore_inside_a_restore_in_one_thread_finishes(
     assert np.random.random(3).tolist() == expected  # the outer one's, done last
 
 
+@pytest.mark.parametrize("b_holds_the_lock", [False, True], ids=["plain", "holding"])
+def test_a_restore_between_another_restores_switch_and_its_set_state_finishes(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch, b_holds_the_lock: bool) -> None:
+    """Thread A switched the generator's kind and is between its switch and its set_state;
+    thread B restores then (also inside `with np.random.get_bit_generator().lock`, numpy's
+    pattern). With a lock over the restores, B took the new generator's lock and waited
+    for the restores' lock, which A held while its set_state waited for B's: both hung
+    (review 46 of 56ae937). Both finish, and the one that ends last wins."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(np.random.PCG64(1))
+    pcg = _rng.capture()
+    np.random.set_bit_generator(np.random.MT19937(2))
+    mt = _rng.capture()
+    expected = np.random.random(3).tolist()  # (mt's: B's, then A's once more)
+    np.random.set_bit_generator(np.random.SFC64(3))
+    real_switch = _rng._switch
+    a_switched, a_go = threading.Event(), threading.Event()
+    a_thread: list[threading.Thread] = []
+
+    def pausing_switch(rs: Any, generator: Any, kind: Any) -> None:
+        real_switch(rs, generator, kind)
+        if threading.current_thread() is a_thread[0] and not a_switched.is_set():
+            a_switched.set()
+            assert a_go.wait(60)
+
+    monkeypatch.setattr(_rng, "_switch", pausing_switch)
+    done: list[str] = []
+    errors: list[BaseException] = []
+
+    def restore(name: str, state: Any, holding: bool) -> None:
+        try:
+            if holding:
+                with np.random.get_state.__self__._bit_generator.lock:
+                    _rng.restore(state)
+            else:
+                _rng.restore(state)
+            done.append(name)
+        except BaseException as err:
+            errors.append(err)
+
+    a_thread.append(threading.Thread(target=restore, args=("A", mt, False), daemon=True))
+    a_thread[0].start()
+    assert a_switched.wait(60)  # A is on MT19937 now, before its set_state
+    b = threading.Thread(target=restore, args=("B", pcg, b_holds_the_lock), daemon=True)
+    b.start()
+    b.join(60)
+    a_go.set()
+    a_thread[0].join(60)
+    assert not errors, errors[0]
+    assert done == ["B", "A"], f"hung: {sorted({'A', 'B'} - set(done))}"
+    assert type(np.random.get_state.__self__._bit_generator) is np.random.MT19937
+    assert np.random.random(3).tolist() == expected
+
+
+def test_a_process_forked_during_a_restore_can_draw_and_restore(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork (a fork pool starting) while another thread restored: the restore held
+    numpy's generator lock for its whole length, and the child, where no thread lets go
+    of it, hung at its first np.random call (review 46 of 56ae937)."""
+    import signal
+
+    from resumable import _rng
+
+    np.random.seed(4)
+    state = _rng.capture()
+    real = _rng._cached_normal
+    inside, leave = threading.Event(), threading.Event()
+
+    def paused(np_: Any, rs: Any) -> dict[str, Any]:  # (in the middle of the restore)
+        if threading.current_thread() is not threading.main_thread():
+            inside.set()
+            assert leave.wait(60)
+        return real(np_, rs)
+
+    monkeypatch.setattr(_rng, "_cached_normal", paused)
+    restorer = threading.Thread(target=_rng.restore, args=(state,), daemon=True)
+    restorer.start()
+    try:
+        assert inside.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(30)
+                np.random.random()
+                _rng.restore(state)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        leave.set()
+        restorer.join(60)
+    assert os.waitstatus_to_exitcode(status) == 0, (
+        f"the child exited {os.waitstatus_to_exitcode(status)} "
+        f"({-int(signal.SIGALRM)}: it hung on numpy's generator lock)")
+
+
+class _FreshLock(np.random.PCG64):
+    """A bit generator whose lock property makes a new lock at each read."""
+
+    @property  # type: ignore[override]
+    def lock(self) -> Any:
+        return threading.RLock()
+
+
+def test_a_switch_away_from_a_generator_whose_lock_is_new_at_each_read(
+        numpy_rng: None) -> None:
+    """The switch let go of the lock it read again, not the one it took: RuntimeError
+    (release of an un-acquired lock), and an OS-seeded MT19937 left in place (review 46)."""
+    from resumable import _rng
+
+    np.random.seed(5)
+    state = _rng.capture()
+    expected = np.random.random(3).tolist()
+    np.random.set_bit_generator(_FreshLock(1))
+    _rng.restore(state)
+    assert np.random.random(3).tolist() == expected
+
+
 def test_a_switch_waits_for_a_draw_in_another_thread_past_the_bound(
         numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy >= 2's lock is reentrant, so the bound on the switch's wait (for numpy < 2's
