@@ -22,6 +22,7 @@ import collections
 import contextlib
 import ctypes
 import importlib
+import itertools
 import logging
 import random
 import struct
@@ -213,6 +214,7 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
     """Whether it is done; False when another restore (another thread's, or a signal
     handler's inside this one) switched the generator between the decision and
     set_state, which then refused."""
+    seen = _changes[0]  # (before anything is read: a change after it is seen below)
     rs: Any = getattr(np.random.get_state, "__self__", None)
     previous: Any = getattr(rs, "_bit_generator", None)
     fields = (set(saved["state"]) if isinstance(saved, dict)
@@ -241,27 +243,57 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
                 f"numpy's global RNG was saved on the bit generator {kind!r}, and "
                 f"{candidates[0]!r}() cannot be made to restore it: {type(err).__name__}: "
                 f"{err}") from err
-    # What to put back if the state is refused: the generator's own state and the normal
-    # it has cached (numpy's set_state writes the saved one before the generator refuses
-    # the rest, review 44). Read from memory, not with get_state, which takes the lock.
+    # The state tried first on a RandomState of its own, of the kind it will be set on: a
+    # state numpy refuses is refused there, before anything is changed. numpy's set_state
+    # writes the cached normal before the generator refuses the rest (review 44), so a
+    # refusal on the global one damaged it, and a put-back could undo another thread's
+    # restore done meanwhile (review 47).
+    try:
+        trial: Any = made if switched else (
+            type(previous)() if type(rs) is np.random.RandomState and previous is not None
+            else None)
+    except Exception:
+        trial = None  # (a generator that takes arguments: no trial, the put-back below)
+    if trial is not None:
+        try:
+            np.random.RandomState(trial).set_state(saved)
+        except Exception as err:
+            raise _refused(kind, err) from err
+    # What to put back if the state is refused all the same: the generator's own state
+    # and the normal it has cached. Read from memory, not with get_state, which takes the
+    # lock.
     before = ({**previous.state, **_cached_normal(np, rs)}
               if type(rs) is np.random.RandomState and previous is not None else None)
-    if switched:
-        _switch(rs, made, kind)
-    decided = made if switched else previous  # (what set_state must find in place)
+    first = _switch(rs, made, kind) if switched else None
+    last = _change()  # (before set_state: a refusal it causes elsewhere is seen there)
     try:
         np.random.set_state(saved)
     except Exception as err:  # (ValueError, KeyError, OverflowError, IndexError...)
-        if decided is not None and getattr(rs, "_bit_generator", None) is not decided:
+        # Refused because of another restore (another thread's, or a signal handler's
+        # inside this one) that changed the generator since this one looked: decided
+        # again, with nothing put back (that would undo the other's, review 47). Only a
+        # refusal with no change but this one's own is the saved state's fault.
+        if trial is not None:
+            return False  # (the state was taken on its own: the generator changed)
+        # (A program's own set_bit_generator is not numbered: the generator in place.)
+        own = [first, last] if first is not None else [last]
+        if (own[0] != seen + 1 or own[-1] != own[0] + len(own) - 1 or _changes[0] != last
+                or getattr(rs, "_bit_generator", None) is not (made if switched else previous)):
             return False
-        if switched:
-            _switch(rs, previous, kind)
-        if before is not None:
-            rs.set_state(before)  # as it was, with its cached normal (reviews 43, 44)
-        raise ConfigurationError(
-            f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
-            f"(bit generator {kind!r}): {type(err).__name__}: {err}") from err
+        with contextlib.suppress(Exception):  # (changed meanwhile after all: left so)
+            if switched:
+                _switch(rs, previous, kind)
+            if before is not None:
+                _change()
+                rs.set_state(before)  # as it was, with its cached normal (reviews 43, 44)
+        raise _refused(kind, err) from err
     return True
+
+
+def _refused(kind: Any, err: Exception) -> ConfigurationError:
+    return ConfigurationError(
+        f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
+        f"(bit generator {kind!r}): {type(err).__name__}: {err}")
 
 
 def _cached_normal(np: Any, rs: Any) -> dict[str, Any]:
@@ -274,7 +306,7 @@ def _cached_normal(np: Any, rs: Any) -> dict[str, Any]:
     return {"has_gauss": has_gauss, "gauss": gauss}
 
 
-def _switch(rs: Any, generator: Any, kind: Any) -> None:
+def _switch(rs: Any, generator: Any, kind: Any) -> int:
     """Re-make the global RandomState on ``generator``, under its current generator's lock,
     which a thread drawing from np.random holds for its draw. The replaced generator is
     kept alive: a thread that took the lock of an older one may still read its memory
@@ -300,8 +332,9 @@ def _switch(rs: Any, generator: Any, kind: Any) -> None:
                 continue  # (switched while this one waited: the lock of the one in place)
             # (read again: a signal handler's restore may have switched it meanwhile)
             _replaced.append(rs._bit_generator)
+            number = _change()  # (before the switch: a refusal it causes is seen)
             rs.__init__(generator)
-            return
+            return number
         finally:
             lock.release()
 
@@ -309,6 +342,17 @@ def _switch(rs: Any, generator: Any, kind: Any) -> None:
 _SWITCH_WAIT = 30.0  # seconds a switch waits for numpy < 2's plain lock (a draw holds it)
 _RLOCK = type(threading.RLock())
 _RETRIES = 1000  # decisions a restore makes again when other threads keep switching
+# Changes restores make to numpy's global RNG (switches and set_state), numbered, and the
+# last number taken: a restore whose set_state is refused tells by them whether another
+# one changed the generator since it looked (review 47). (next() on a count is atomic.)
+_numbers = itertools.count(1)
+_changes = [0]
+
+
+def _change() -> int:
+    number = next(_numbers)
+    _changes[0] = number
+    return number
 
 
 def _has_fields(generator: Any, fields: set[str]) -> bool:

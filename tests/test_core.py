@@ -1169,6 +1169,77 @@ def test_a_process_forked_during_a_restore_can_draw_and_restore(
         f"({-int(signal.SIGALRM)}: it hung on numpy's generator lock)")
 
 
+def test_a_refused_restore_does_not_undo_another_threads_restore(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread B restores a state numpy refuses while thread S restores a sound one: B's
+    put-back wrote what B had read before S's restore, so S's run went on from a stale
+    state, and numpy's set_state had already written B's cached normal (review 47 of
+    ba28988). A state is now tried on a RandomState of its own first: a refused one
+    changes nothing."""
+    from resumable import _rng
+
+    np.random.seed(1)
+    np.random.standard_normal(3)  # (a normal cached)
+    good = _rng.capture()
+    expected = np.random.standard_normal(4).tolist()
+    np.random.seed(2)
+    broken = {"numpy": {"bit_generator": "MT19937", "has_gauss": 1, "gauss": 9.0,
+                        "state": {"key": np.arange(10, dtype=np.uint32), "pos": 3}}}
+    real = _rng._cached_normal
+    b_ready, s_done = threading.Event(), threading.Event()
+
+    def pausing(np_: Any, rs: Any) -> dict[str, Any]:  # (B, having read what it would put back)
+        got = real(np_, rs)
+        if threading.current_thread().name == "B":
+            b_ready.set()
+            assert s_done.wait(60)
+        return got
+
+    monkeypatch.setattr(_rng, "_cached_normal", pausing)
+    errors: list[BaseException] = []
+
+    def b() -> None:
+        try:
+            _rng.restore(broken)
+        except BaseException as err:
+            errors.append(err)
+        finally:
+            b_ready.set()
+
+    thread = threading.Thread(target=b, name="B", daemon=True)
+    thread.start()
+    assert b_ready.wait(60)
+    _rng.restore(good)  # S, here
+    s_done.set()
+    thread.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], ConfigurationError), errors
+    assert np.random.standard_normal(4).tolist() == expected, "S's restore was undone"
+
+
+def test_a_state_of_another_kind_numpy_refuses_switches_nothing(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused state of another kind was set after a switch, and the switch undone: in
+    between, another thread's sound restore could be refused (it found the wrong kind in
+    place), then find its own generator back and take its own sound state as refused,
+    a ConfigurationError (review 47). The state is tried first: no switch happens."""
+    from resumable import _rng
+
+    np.random.seed(3)
+    in_place = np.random.get_state.__self__._bit_generator
+    expected = np.random.random(3).tolist()
+    np.random.seed(3)
+    switches: list[Any] = []
+    real = _rng._switch
+    monkeypatch.setattr(_rng, "_switch", lambda *a: switches.append(a) or real(*a))
+    broken = {"bit_generator": "PCG64", "state": {"state": 5, "inc": "x"},
+              "has_uint32": 0, "uinteger": 0, "has_gauss": 1, "gauss": 9.0}
+    with pytest.raises(ConfigurationError, match="cannot be restored"):
+        _rng.restore({"random": random.getstate(), "numpy": broken})
+    assert switches == []
+    assert np.random.get_state.__self__._bit_generator is in_place
+    assert np.random.random(3).tolist() == expected
+
+
 class _FreshLock(np.random.PCG64):
     """A bit generator whose lock property makes a new lock at each read."""
 
