@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import ctypes
 import importlib
 import itertools
@@ -139,12 +140,8 @@ def capture(targets: Sequence[tuple[str, Any]] = ()) -> RngState:
 
 
 def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
-    if "random" in state:
-        saved = state["random"]
-        if saved and saved[0] == "MT19937-raw":
-            _, raw, gauss_next = saved
-            saved = (3, _random_internal(raw), gauss_next)
-        random.setstate(saved)
+    # numpy's first: restoring it may make bit generators, whose __init__ (a program's
+    # subclass) may draw from ``random`` (review 48: the resumed stream was one draw on).
     if "numpy" in state:
         import numpy as np
 
@@ -153,6 +150,12 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
             _, raw, pos, has_gauss, gauss = saved
             saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
         _restore_numpy(np, saved)
+    if "random" in state:
+        saved = state["random"]
+        if saved and saved[0] == "MT19937-raw":
+            _, raw, gauss_next = saved
+            saved = (3, _random_internal(raw), gauss_next)
+        random.setstate(saved)
     objects = state.get("objects") or {}
     for path, obj in targets:
         if path not in objects:
@@ -249,11 +252,13 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
     # refusal on the global one damaged it, and a put-back could undo another thread's
     # restore done meanwhile (review 47).
     try:
+        # (a copy keeps the options the generator in place was made with: randomgen's
+        # Philox(number=2) refuses a state of another number, review 48)
         trial: Any = made if switched else (
-            type(previous)() if type(rs) is np.random.RandomState and previous is not None
-            else None)
+            copy.deepcopy(previous) if type(rs) is np.random.RandomState
+            and previous is not None else None)
     except Exception:
-        trial = None  # (a generator that takes arguments: no trial, the put-back below)
+        trial = None  # (a generator that cannot be copied: no trial, the put-back below)
     if trial is not None:
         try:
             np.random.RandomState(trial).set_state(saved)

@@ -1240,6 +1240,71 @@ def test_a_state_of_another_kind_numpy_refuses_switches_nothing(
     assert np.random.random(3).tolist() == expected
 
 
+def _optioned(seed: Any, number: int) -> _Optioned:
+    return _Optioned(seed, number=number)
+
+
+class _Optioned(np.random.PCG64):
+    """A bit generator made with an option its state records and checks, as randomgen's
+    Philox(number=2) or Romu(variant="trio"), and that a copy keeps."""
+
+    def __init__(self, seed: Any = None, *, number: int = 4) -> None:
+        super().__init__(seed)
+        self.number = number
+
+    @property  # type: ignore[override]
+    def state(self) -> dict[str, Any]:
+        return {**np.random.PCG64.state.__get__(self), "number": self.number}
+
+    @state.setter
+    def state(self, value: dict[str, Any]) -> None:
+        if value.get("number") != self.number:
+            raise ValueError(f"the state has number={value.get('number')}, but this "
+                             f"generator was made with number={self.number}")
+        np.random.PCG64.state.__set__(self, {k: v for k, v in value.items() if k != "number"})
+
+    def __reduce__(self) -> Any:
+        return _optioned, (None, self.number), self.state
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+def test_a_generator_made_with_options_restores_onto_itself(numpy_rng: None) -> None:
+    """The trial of a saved state was made on a generator of the class in place with its
+    defaults, which refuses a state of another option: a sound checkpoint of randomgen's
+    Philox(number=2) was a ConfigurationError at an in-process restart (review 48 of
+    37f17e6). The trial is a copy of the generator in place."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(_Optioned(1, number=2))
+    state = _rng.capture()
+    expected = np.random.random(3).tolist()
+    _rng.restore(state)
+    assert np.random.random(3).tolist() == expected
+
+
+class _SeededFromRandom(np.random.PCG64):
+    """A program's bit generator that, made without a seed, takes one from ``random``."""
+
+    def __init__(self, seed: Any = None) -> None:
+        super().__init__(random.getrandbits(64) if seed is None else seed)
+
+
+def test_restoring_numpys_rng_leaves_randoms_stream_as_saved(numpy_rng: None) -> None:
+    """Restoring numpy's RNG made a generator of the kind in place to try the state on;
+    a program's subclass that seeds itself from ``random`` then moved ``random``'s
+    stream, restored just before: every resumed run was one draw on (review 48)."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(_SeededFromRandom(3))
+    random.seed(7)
+    state = _rng.capture()
+    expected = (random.random(), np.random.random())
+    _rng.restore(state)
+    assert (random.random(), np.random.random()) == expected
+
+
 class _FreshLock(np.random.PCG64):
     """A bit generator whose lock property makes a new lock at each read."""
 
