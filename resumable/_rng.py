@@ -264,12 +264,13 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
             np.random.RandomState(trial).set_state(saved)
         except Exception as err:
             raise _refused(kind, err) from err
-    # What to put back if the state is refused all the same: the generator's own state
-    # and the normal it has cached. Read from memory, not with get_state, which takes the
-    # lock.
-    before = ({**previous.state, **_cached_normal(np, rs)}
-              if type(rs) is np.random.RandomState and previous is not None else None)
-    first = _switch(rs, made, kind) if switched else None
+    # Without a trial, what to put back if the state is refused: the generator's own
+    # state and the normal it has cached. Read from memory, not with get_state, which
+    # takes the lock.
+    before = ({**previous.state, **_cached_normal(np, rs)} if trial is None
+              and type(rs) is np.random.RandomState and previous is not None else None)
+    if switched:
+        _switch(rs, made, kind)
     last = _change()  # (before set_state: a refusal it causes elsewhere is seen there)
     try:
         np.random.set_state(saved)
@@ -280,9 +281,10 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
         # refusal with no change but this one's own is the saved state's fault.
         if trial is not None:
             return False  # (the state was taken on its own: the generator changed)
-        # (A program's own set_bit_generator is not numbered: the generator in place.)
-        own = [first, last] if first is not None else [last]
-        if (own[0] != seen + 1 or own[-1] != own[0] + len(own) - 1 or _changes[0] != last
+        # Numbers only grow: this restore's own (its switch's, then this one) directly
+        # after ``seen`` and none since mean no other change. (A program's own
+        # set_bit_generator is not numbered: the generator in place.)
+        if (last != seen + 1 + switched or _changes[0] != last
                 or getattr(rs, "_bit_generator", None) is not (made if switched else previous)):
             return False
         with contextlib.suppress(Exception):  # (changed meanwhile after all: left so)
@@ -311,7 +313,7 @@ def _cached_normal(np: Any, rs: Any) -> dict[str, Any]:
     return {"has_gauss": has_gauss, "gauss": gauss}
 
 
-def _switch(rs: Any, generator: Any, kind: Any) -> int:
+def _switch(rs: Any, generator: Any, kind: Any) -> None:
     """Re-make the global RandomState on ``generator``, under its current generator's lock,
     which a thread drawing from np.random holds for its draw. The replaced generator is
     kept alive: a thread that took the lock of an older one may still read its memory
@@ -337,9 +339,9 @@ def _switch(rs: Any, generator: Any, kind: Any) -> int:
                 continue  # (switched while this one waited: the lock of the one in place)
             # (read again: a signal handler's restore may have switched it meanwhile)
             _replaced.append(rs._bit_generator)
-            number = _change()  # (before the switch: a refusal it causes is seen)
+            _change()  # (before the switch: a refusal it causes is seen)
             rs.__init__(generator)
-            return number
+            return
         finally:
             lock.release()
 

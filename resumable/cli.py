@@ -244,7 +244,7 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
             f"done: list them with `{PROG} ls {below}`, then name one "
             f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
     _require_store(store, args, f"no run {run_id!r}: ")
-    if store.url.startswith("memory://"):
+    if _memory_note(store.url):
         listing = _MEMORY_NOTE  # (`ls memory://x` would be just as empty)
     raise CliError(f"no run {run_id!r} in {store.url} ({listing})", EXIT_NOT_FOUND)
 
@@ -252,6 +252,11 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
 _MEMORY_NOTE = ("a memory:// store lives in the process that made it: a `resumable` command "
                 "run on its own never sees its runs; give the folder or s3:// URL the runs "
                 "were saved to")
+
+
+def _memory_note(url: str) -> str:
+    """`` (why it is empty)`` for a memory:// store, which a command never sees; else ""."""
+    return f" ({_MEMORY_NOTE})" if url.lower().startswith("memory://") else ""
 
 
 def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | None:
@@ -410,8 +415,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
         return 0
     if not rows:
-        note = f" ({_MEMORY_NOTE})" if store.url.startswith("memory://") else ""
-        print(f"no runs in {store.url}{note}", file=sys.stderr)
+        print(f"no runs in {store.url}{_memory_note(store.url)}", file=sys.stderr)
         return 0
     print(_table(
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
@@ -673,9 +677,8 @@ def _rm_completed(args: argparse.Namespace) -> int:
             continue
         doomed.append((run_id, names, _age(info.created)))
     if not doomed:
-        note = f" ({_MEMORY_NOTE})" if store.url.startswith("memory://") else ""
         print(f"no completed runs{'' if min_age is None else ' older than ' + args.older_than}"
-              f" in {store.url}{note}")
+              f" in {store.url}{_memory_note(store.url)}")
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
@@ -814,8 +817,8 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
                         f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
     hint = (f"; runs are one level down, e.g. `{PROG} ls {_below(store_text, folders[0])}`"
-            if folders else f" ({_MEMORY_NOTE})" if store_text.lower().startswith("memory://")
-            else f"; list its runs with `{PROG} ls {store_text}`")
+            if folders else _memory_note(store_text)
+            or f"; list its runs with `{PROG} ls {store_text}`")
     return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
                     f"store with no runs{hint}", EXIT_CONFIG)
 

@@ -29,6 +29,7 @@ from resumable import (
 )
 from resumable._run import Run
 from resumable.stores import open_store
+from tests.forking import in_child
 from tests.toy import Crash, Faults, make_evolve, reference
 
 
@@ -1042,16 +1043,16 @@ def test_a_restore_inside_a_restore_in_one_thread_finishes(
     np.random.set_bit_generator(np.random.MT19937(2))
     outer = _rng.capture()
     expected = np.random.random(3).tolist()
-    real = _rng._cached_normal
+    real = _rng._change
     calls: list[int] = []
 
-    def nested(np_: Any, rs: Any) -> dict[str, Any]:  # (inside the outer restore's locks)
+    def nested() -> int:  # (inside the outer restore, before its set_state)
         if not calls:
             calls.append(1)
             _rng.restore(inner)  # as a signal handler would
-        return real(np_, rs)
+        return real()
 
-    monkeypatch.setattr(_rng, "_cached_normal", nested)
+    monkeypatch.setattr(_rng, "_change", nested)
     errors: list[BaseException] = []
 
     def restoring() -> None:
@@ -1135,38 +1136,27 @@ def test_a_process_forked_during_a_restore_can_draw_and_restore(
 
     np.random.seed(4)
     state = _rng.capture()
-    real = _rng._cached_normal
+    real = _rng._change
     inside, leave = threading.Event(), threading.Event()
 
-    def paused(np_: Any, rs: Any) -> dict[str, Any]:  # (in the middle of the restore)
+    def paused() -> int:  # (in the middle of the restore)
         if threading.current_thread() is not threading.main_thread():
             inside.set()
             assert leave.wait(60)
-        return real(np_, rs)
+        return real()
 
-    monkeypatch.setattr(_rng, "_cached_normal", paused)
+    monkeypatch.setattr(_rng, "_change", paused)
     restorer = threading.Thread(target=_rng.restore, args=(state,), daemon=True)
     restorer.start()
     try:
         assert inside.wait(60)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                signal.signal(signal.SIGALRM, signal.SIG_DFL)
-                signal.alarm(30)
-                np.random.random()
-                _rng.restore(state)
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        status = in_child(lambda: (np.random.random(), _rng.restore(state)))
     finally:
         leave.set()
         restorer.join(60)
-    assert os.waitstatus_to_exitcode(status) == 0, (
-        f"the child exited {os.waitstatus_to_exitcode(status)} "
-        f"({-int(signal.SIGALRM)}: it hung on numpy's generator lock)")
+    assert status == 0, (
+        f"the child exited {status} ({-int(signal.SIGALRM)}: it hung on numpy's generator "
+        "lock)")
 
 
 def test_a_refused_restore_does_not_undo_another_threads_restore(

@@ -13,6 +13,7 @@ import pytest
 
 from resumable import _run, checkpointed
 from resumable.stores import _memory
+from tests.forking import in_child
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -25,22 +26,6 @@ def _count(n: int, *, state: Any = None) -> Any:
     return state
 
 
-def _in_child(work: Any) -> int:
-    """Fork; the child runs ``work`` and exits 0 if it returned True. Its exit status,
-    or -SIGALRM if it hung (the defect): the child's alarm bounds the parent's wait."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            signal.alarm(30)
-            code = 0 if work() else 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
 @pytest.mark.parametrize("lock", ["pool", "memory"])
 def test_a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(lock: str) -> None:
     held = _run._pool_lock if lock == "pool" else _memory._lock
@@ -51,6 +36,6 @@ def test_a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(lock: st
         return bool(checkpointed(store=url, run_id="child")(_count)(3) == 3)
 
     with held:  # as the upload thread would, at the moment of the fork
-        status = _in_child(snapshot_and_save)
+        status = in_child(snapshot_and_save)
     hung = -int(signal.SIGALRM)
     assert status == 0, f"the child exited {status} ({hung}: it hung on the {lock} lock)"
