@@ -828,14 +828,14 @@ class _Execution:
             return next(gen)  # (an f.iter run the main thread began, advanced elsewhere)
         held = _signals._sigint_held and _signals.take_sigint()
         try:
-            _signals._shielded = False  # (a module global, set directly: this is per yield)
+            _signals.unshield()  # (and Python's own handler lent to the body)
             if held:
                 log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
                             "at its yield", self.run.where(), self.step)
                 return gen.throw(KeyboardInterrupt())
             return next(gen)
         finally:
-            _signals._shielded = True
+            _signals.shield()
 
     def _new_uploader(self) -> Uploader:
         return Uploader(f"resumable-upload-{self.run.run_id}", duty=_settings.UPLOAD_DUTY.read())
@@ -940,7 +940,10 @@ class _Execution:
                 # shield moves it (a consumer may pass the iterator to another thread).
                 unshield = self.sigint_outer is not None and not self.own_consumer
                 if unshield and _get_ident() == self.sigint_thread:
-                    _signals._shielded = bool(self.sigint_outer)  # (per yield: set directly)
+                    if self.sigint_outer:  # (inside another call's own code: still held)
+                        _signals._shielded = True
+                    else:
+                        _signals.unshield()
                 try:
                     yield yielded
                 finally:
@@ -949,7 +952,7 @@ class _Execution:
                         # code closing its body, or the garbage collector anywhere) gets
                         # its shield back when we hand back or end, not the one we began in.
                         self.sigint_outer = _signals._shielded
-                        _signals._shielded = True
+                        _signals.shield()
                     self.suspended = False
         except _signals.TERMINATION:
             self.stopping = True

@@ -439,14 +439,103 @@ _ASYNCIO = """
 """
 
 
-@pytest.mark.xfail(strict=True, reason="review15: the handler is ours for the whole call, "
-                   "so asyncio.run in a body does not install its own (fix costs a "
-                   "sigaction per shield change, see the report)")
 def test_asyncio_run_in_a_body_gets_its_own_ctrl_c_handling(tmp_path: Path) -> None:
     """asyncio.Runner installs its SIGINT handler (Ctrl-C cancels the main task, which
-    may clean up) only if getsignal(SIGINT) is signal.default_int_handler. During a call
-    it is resumable's, even while the body runs: asyncio.run in a body gets a bare
-    KeyboardInterrupt raised wherever its loop is, not the cancellation it gets
-    without the library."""
+    may clean up) only if getsignal(SIGINT) is signal.default_int_handler. The library's
+    handler was in place for the whole call, the body's time included, so asyncio.run in
+    a body got a bare KeyboardInterrupt raised wherever its loop was, not the
+    cancellation it gets without the library. While the body runs, Python's own handler
+    is in place now."""
     out = _child(_ASYNCIO, str(tmp_path / "store"))
     assert out == {"without_resumable": "cancelled cleanly", "in_a_body": "cancelled cleanly"}
+
+
+_LENT = """
+    import asyncio, faulthandler, json, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+
+    async def job():
+        asyncio.get_running_loop().call_soon(signal.raise_signal, signal.SIGINT)  # Ctrl-C
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "cancelled cleanly"
+        return "not reached"
+
+    def plain():
+        try:
+            return asyncio.run(job())
+        except KeyboardInterrupt:
+            return "KeyboardInterrupt"
+
+    out = {}
+
+    @checkpointed(store=sys.argv[1], run_id="inner", every="generation")
+    def inner(*, state=None):
+        yield {"i": 1}
+        out["inner body"] = plain()
+        yield {"i": 2}
+        return 2
+
+    @checkpointed(store=sys.argv[1], run_id="outer", every="generation")
+    def outer(*, state=None):
+        yield {"i": 1}
+        inner()  # a call inside a body, which then goes on
+        out["outer body after the inner call"] = plain()
+        yield {"i": 2}
+        return 2
+
+    outer()
+
+    @checkpointed(store=sys.argv[1], run_id="consumed", every="generation")
+    def consumed(*, state=None):
+        for i in range(3):
+            yield {"i": i}
+
+    it = consumed.iter()
+    next(it)
+    out["consumer"] = plain()  # an f.iter consumer's own code
+    it.close()
+
+    def mine(signum, frame):
+        out["own handler called"] = out.get("own handler called", 0) + 1
+
+    @checkpointed(store=sys.argv[1], run_id="own", every="generation")
+    def own(*, state=None):
+        yield {"i": 1}
+        signal.signal(signal.SIGINT, mine)  # the program takes Ctrl-C over, for good
+        yield {"i": 2}
+        signal.raise_signal(signal.SIGINT)
+        yield {"i": 3}
+
+    own()
+    out["own handler kept"] = signal.getsignal(signal.SIGINT) is mine
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @checkpointed(store=sys.argv[1], run_id="raises", every="generation")
+    def raises(*, state=None):
+        yield {"i": 1}
+        raise ValueError("body")
+
+    try:
+        raises()
+    except ValueError:
+        pass
+    back = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    out["default back after an error"] = back
+    print(json.dumps(out))
+"""
+
+
+def test_python_s_own_handler_is_in_place_wherever_code_not_the_library_s_runs(
+    tmp_path: Path
+) -> None:
+    """The same in a body after a call made inside it, in a call's body inside another
+    body, and in an f.iter consumer's code; a handler the body installs stays its own,
+    and Python's comes back after a call that ends by an error."""
+    out = _child(_LENT, str(tmp_path / "store"))
+    assert out == {"inner body": "cancelled cleanly",
+                   "outer body after the inner call": "cancelled cleanly",
+                   "consumer": "cancelled cleanly", "own handler called": 1,
+                   "own handler kept": True, "default back after an error": True}
