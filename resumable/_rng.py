@@ -140,22 +140,24 @@ def capture(targets: Sequence[tuple[str, Any]] = ()) -> RngState:
 
 
 def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
-    # numpy's first: restoring it may make bit generators, whose __init__ (a program's
+    # ``random``'s state is checked first (on a Random of its own): one that cannot be set
+    # is refused before numpy's generator is changed (review 49). numpy's is set before
+    # ``random``'s: restoring it may make bit generators, whose __init__ (a program's
     # subclass) may draw from ``random`` (review 48: the resumed stream was one draw on).
+    random_saved = _random_saved(state["random"]) if "random" in state else None
     if "numpy" in state:
         import numpy as np
 
         saved = state["numpy"]
         if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
-            _, raw, pos, has_gauss, gauss = saved
-            saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
+            try:
+                _, raw, pos, has_gauss, gauss = saved
+                saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
+            except Exception as err:  # (damaged: not the 5 items, not bytes, cut short)
+                raise _refused("MT19937", err) from err
         _restore_numpy(np, saved)
-    if "random" in state:
-        saved = state["random"]
-        if saved and saved[0] == "MT19937-raw":
-            _, raw, gauss_next = saved
-            saved = (3, _random_internal(raw), gauss_next)
-        random.setstate(saved)
+    if random_saved is not None:
+        random.setstate(random_saved)
     objects = state.get("objects") or {}
     for path, obj in targets:
         if path not in objects:
@@ -251,17 +253,15 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
     # writes the cached normal before the generator refuses the rest (review 44), so a
     # refusal on the global one damaged it, and a put-back could undo another thread's
     # restore done meanwhile (review 47).
-    try:
-        # (a copy keeps the options the generator in place was made with: randomgen's
-        # Philox(number=2) refuses a state of another number, review 48)
-        trial: Any = made if switched else (
-            copy.deepcopy(previous) if type(rs) is np.random.RandomState
-            and previous is not None else None)
-    except Exception:
-        trial = None  # (a generator that cannot be copied: no trial, the put-back below)
+    trial: Any = made if switched else (
+        _trial(np, previous) if type(rs) is np.random.RandomState
+        and previous is not None else None)
     if trial is not None:
         try:
-            np.random.RandomState(trial).set_state(saved)
+            np.random.RandomState(trial).set_state(
+                {**saved, "bit_generator": type(trial).__name__}
+                if isinstance(saved, dict) and not switched and type(trial) is not type(previous)
+                else saved)  # (the numpy class it derives from checks its own name)
         except Exception as err:
             raise _refused(kind, err) from err
     # Without a trial, what to put back if the state is refused: the generator's own
@@ -297,10 +297,61 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
     return True
 
 
+def _random_saved(saved: Any) -> Any:
+    """``random``'s saved state as random.setstate takes it, once set on a Random of its
+    own; a ConfigurationError if it cannot be."""
+    try:
+        if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
+            _, raw, gauss_next = saved
+            saved = (3, _random_internal(raw), gauss_next)
+        random.Random().setstate(saved)
+    except Exception as err:
+        raise ConfigurationError(
+            "the random module's state saved with the checkpoint cannot be restored: "
+            f"{type(err).__name__}: {err}{_DAMAGED_RNG}") from err
+    return saved
+
+
+_DAMAGED_RNG = ("; the RNGs were left as they were. If the checkpoint's RNG record is "
+                "damaged, `capture_rng=False` resumes without it (not bit for bit), or "
+                "start the run over")
+
+
+def _trial(np: Any, previous: Any) -> Any:
+    """A bit generator of the kind in place to try a saved state on; None if there is no
+    sound one (the put-back path).
+
+    A copy keeps the options the generator was made with (randomgen's Philox(number=2)
+    refuses a state of another number, review 48). A program's subclass that cannot be
+    copied (its __init__ needs arguments) is tried on the numpy class it derives from,
+    made with defaults, when it checks states as that class does (it does not define
+    ``state``): without a trial, a refused set_state on the global generator wrote part
+    of the state, and another thread's restore in between was damaged (review 49). A
+    __deepcopy__ that returns the generator itself, or shares its memory, gives no trial:
+    one there would write into the global generator.
+    """
+    try:
+        trial = copy.deepcopy(previous)
+        if (trial is not previous and type(trial) is type(previous)
+                and trial.ctypes.state_address != previous.ctypes.state_address):
+            return trial
+    except Exception:
+        pass
+    for cls in type(previous).__mro__:
+        if cls.__module__.startswith("numpy.random"):
+            try:
+                return cls() if cls is not np.random.BitGenerator else None
+            except Exception:
+                return None
+        if "state" in vars(cls):
+            return None  # (a subclass's own state: numpy's class would check another)
+    return None
+
+
 def _refused(kind: Any, err: Exception) -> ConfigurationError:
     return ConfigurationError(
         f"numpy's global RNG cannot be restored to the state saved with the checkpoint "
-        f"(bit generator {kind!r}): {type(err).__name__}: {err}")
+        f"(bit generator {kind!r}): {type(err).__name__}: {err}{_DAMAGED_RNG}")
 
 
 def _cached_normal(np: Any, rs: Any) -> dict[str, Any]:

@@ -1159,51 +1159,139 @@ def test_a_process_forked_during_a_restore_can_draw_and_restore(
         "lock)")
 
 
+class _NoCopy(np.random.MT19937):
+    """A bit generator that cannot be copied (so a restore has no trial to try a state
+    on first): a subclass whose __init__ needs an argument."""
+
+    def __init__(self, seed: Any) -> None:
+        super().__init__(seed)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("not copyable")
+
+
 def test_a_refused_restore_does_not_undo_another_threads_restore(
         numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Thread B restores a state numpy refuses while thread S restores a sound one: B's
-    put-back wrote what B had read before S's restore, so S's run went on from a stale
-    state, and numpy's set_state had already written B's cached normal (review 47 of
-    ba28988). A state is now tried on a RandomState of its own first: a refused one
-    changes nothing."""
+    """Thread B restores a state numpy refuses while thread S restores a sound one, on a
+    generator that cannot be copied. With no copy to try a state on first, B's set_state
+    on the global generator wrote part of the state it then refused (the cached normal,
+    the key) after S's restore, and B's put-back, read before S's restore, undid it
+    (reviews 47 and 49: 997 of 2000 rounds). Such a generator is now tried on the numpy
+    class it derives from. B is paused, if it gets that far, after reading what it would
+    put back, until S has restored."""
     from resumable import _rng
 
-    np.random.seed(1)
+    np.random.set_bit_generator(_NoCopy(1))
     np.random.standard_normal(3)  # (a normal cached)
     good = _rng.capture()
     expected = np.random.standard_normal(4).tolist()
     np.random.seed(2)
-    broken = {"numpy": {"bit_generator": "MT19937", "has_gauss": 1, "gauss": 9.0,
+    broken = {"numpy": {"bit_generator": "_NoCopy", "has_gauss": 1, "gauss": 9.0,
                         "state": {"key": np.arange(10, dtype=np.uint32), "pos": 3}}}
     real = _rng._cached_normal
-    b_ready, s_done = threading.Event(), threading.Event()
+    b_ready, s_in = threading.Event(), threading.Event()
 
     def pausing(np_: Any, rs: Any) -> dict[str, Any]:  # (B, having read what it would put back)
         got = real(np_, rs)
         if threading.current_thread().name == "B":
             b_ready.set()
-            assert s_done.wait(60)
+            assert s_in.wait(60)
         return got
 
     monkeypatch.setattr(_rng, "_cached_normal", pausing)
-    errors: list[BaseException] = []
+    errors: dict[str, BaseException] = {}
 
-    def b() -> None:
+    def restore(name: str, state: Any) -> None:
         try:
-            _rng.restore(broken)
+            _rng.restore(state)
         except BaseException as err:
-            errors.append(err)
+            errors[name] = err
         finally:
+            if name == "S":
+                s_in.set()
             b_ready.set()
 
-    thread = threading.Thread(target=b, name="B", daemon=True)
-    thread.start()
+    b = threading.Thread(target=restore, args=("B", broken), name="B", daemon=True)
+    b.start()
     assert b_ready.wait(60)
-    _rng.restore(good)  # S, here
-    s_done.set()
-    thread.join(60)
-    assert len(errors) == 1 and isinstance(errors[0], ConfigurationError), errors
-    assert np.random.standard_normal(4).tolist() == expected, "S's restore was undone"
+    s = threading.Thread(target=restore, args=("S", good), name="S", daemon=True)
+    s.start()
+    b.join(60)
+    s.join(60)
+    assert set(errors) == {"B"} and isinstance(errors["B"], ConfigurationError), errors
+    assert np.random.standard_normal(4).tolist() == expected, "S's restore was damaged"
+
+
+class _SharedCopy(np.random.MT19937):
+    """A bit generator whose __deepcopy__ returns itself (a program's, for speed)."""
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self
+
+
+def test_a_copy_that_is_the_generator_itself_is_no_trial(numpy_rng: None) -> None:
+    """The trial a state is set on first was a deepcopy of the generator in place; one
+    whose __deepcopy__ returns itself had the refused state written into numpy's global
+    generator (review 49). Such a copy is taken as none: the put-back path."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(_SharedCopy(5))
+    np.random.standard_normal(1)
+    before = np.random.get_state(legacy=False)
+    expected = np.random.standard_normal(3).tolist()
+    np.random.set_state(before)
+    # (MT19937's state setter writes the key before it refuses the position)
+    broken = {"bit_generator": "_SharedCopy", "has_gauss": 1, "gauss": 9.0,
+              "state": {"key": np.arange(624, dtype=np.uint32), "pos": "x"}}
+    with pytest.raises(ConfigurationError, match="cannot be restored"):
+        _rng.restore({"numpy": broken})
+    assert np.random.standard_normal(3).tolist() == expected
+
+
+def test_a_damaged_random_state_changes_neither_rng(numpy_rng: None) -> None:
+    """numpy's RNG is restored before ``random``'s (review 48), so a ``random`` state
+    that random.setstate refuses came after numpy's generator had been switched and set:
+    a bare struct.error or ValueError, with numpy's RNG changed (review 49). ``random``'s
+    state is now tried first, on a Random of its own: a ConfigurationError, and
+    neither RNG is changed."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(np.random.PCG64(1))
+    sound = _rng.capture()
+    np.random.set_bit_generator(np.random.MT19937(2))
+    in_place = np.random.get_state.__self__._bit_generator
+    random.seed(3)
+    expected = (random.random(), np.random.random())
+    random.seed(3)
+    np.random.set_bit_generator(in_place)
+    in_place.state = np.random.MT19937(2).state
+    assert isinstance(sound["random"], tuple)
+    damaged = [("MT19937-raw", b"short", None), (7, (1, 2, 3), None),
+               (3, (0,) * 624 + (999,), None)]
+    for bad in damaged:
+        with pytest.raises(ConfigurationError, match="random module's state"):
+            _rng.restore({**sound, "random": bad})
+    assert np.random.get_state.__self__._bit_generator is in_place
+    assert (random.random(), np.random.random()) == expected
+
+
+@pytest.mark.parametrize("raw", [
+    ("MT19937-raw", b"\0" * 10, 0, 0, 0.0),  # cut short
+    ("MT19937-raw", "text", 0, 0, 0.0),  # not bytes
+    ("MT19937-raw", b"\0" * 2496),  # items missing
+], ids=["short", "text", "missing"])
+def test_a_damaged_raw_numpy_state_is_a_configuration_error(
+        numpy_rng: None, raw: Any) -> None:
+    """A damaged raw record of numpy's RNG was a bare ValueError or TypeError from its
+    unpacking (review 49); it is refused as any other state numpy cannot take."""
+    from resumable import _rng
+
+    np.random.seed(4)
+    expected = np.random.random(3).tolist()
+    np.random.seed(4)
+    with pytest.raises(ConfigurationError, match="numpy's global RNG cannot be restored"):
+        _rng.restore({"numpy": raw})
+    assert np.random.random(3).tolist() == expected
 
 
 def test_a_state_of_another_kind_numpy_refuses_switches_nothing(
