@@ -827,15 +827,23 @@ class _Execution:
         if self.sigint_outer is None or _get_ident() != self.sigint_thread:
             return next(gen)  # (an f.iter run the main thread began, advanced elsewhere)
         held = _signals._sigint_held and _signals.take_sigint()
+        if held:  # (logged while still shielded)
+            log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
+                        "at its yield", self.run.where(), self.step)
         try:
-            _signals.unshield()  # (and Python's own handler lent to the body)
-            if held:
-                log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
-                            "at its yield", self.run.where(), self.step)
-                return gen.throw(KeyboardInterrupt())
-            return next(gen)
+            try:
+                _signals.unshield()  # (the handler the body had lent back: Python's or its own)
+                # (one that came as the handler changed hands is held too: delivered now)
+                held = held or (_signals._sigint_held and _signals.take_sigint())
+                err = _signals.deliver_held() if held else None  # (the body's handler's)
+            except KeyboardInterrupt as came:  # (as the body was about to run: the body's)
+                err = came
+            return gen.throw(err) if err is not None else next(gen)
         finally:
-            _signals.shield()
+            try:
+                _signals.shield()
+            except KeyboardInterrupt:  # (raised by the body's handler as shield() began)
+                _signals.shield(interrupted=True)
 
     def _new_uploader(self) -> Uploader:
         return Uploader(f"resumable-upload-{self.run.run_id}", duty=_settings.UPLOAD_DUTY.read())
@@ -952,7 +960,10 @@ class _Execution:
                         # code closing its body, or the garbage collector anywhere) gets
                         # its shield back when we hand back or end, not the one we began in.
                         self.sigint_outer = _signals._shielded
-                        _signals.shield()
+                        try:
+                            _signals.shield()
+                        except KeyboardInterrupt:  # (the consumer's handler, as it began)
+                            _signals.shield(interrupted=True)
                     self.suspended = False
         except _signals.TERMINATION:
             self.stopping = True

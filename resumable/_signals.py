@@ -584,10 +584,14 @@ _sigint_held = False  # a Ctrl-C came while shielded, not yet delivered
 _sigint_calls = 0  # main-thread calls using the handler
 _sigint_pid = 0  # the process that installed it
 _sigint_lock = threading.Lock()  # _sigint_calls: a call may end in another thread
-# signal.signal/getsignal without signal.py's enum wrapping (8 us a pair here, against
+# signal.signal/getsignal without signal.py's enum wrapping (16 us a pair here, against
 # 0.7): ``unshield``/``shield`` run at every yield.
 _set_handler, _get_handler = _signal_module.signal, _signal_module.getsignal
 _SIGINT = int(signal.SIGINT)
+# What code outside the library had in place when the library took the handler over
+# (Python's, or one a body installed): lent back while that code runs, and put back when
+# the last call ends.
+_lent: Any = signal.default_int_handler
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -606,7 +610,7 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 def sigint_begin() -> bool | None:
     """A call starts in the main thread: shield it (installing the handler if Python's
     default one is there). Returns what ``sigint_end`` needs; None: not shielded."""
-    global _shielded, _sigint_calls, _sigint_pid
+    global _shielded, _sigint_calls, _sigint_pid, _lent
     if threading.current_thread() is not threading.main_thread():
         return None
     # (no call under way: nothing to go back to, whatever a Ctrl-C left the flag at)
@@ -621,11 +625,18 @@ def sigint_begin() -> bool | None:
                     if handler is not signal.default_int_handler:
                         _shielded = outer
                         return None
+                    # (first: a Ctrl-C as signal.signal() returns is held by ours, review 50)
+                    _sigint_pid = os.getpid()
+                    _lent = signal.default_int_handler
                     signal.signal(signal.SIGINT, _on_sigint)
                 _sigint_pid = os.getpid()
-            elif (_get_handler(_SIGINT) is signal.default_int_handler
-                  and os.getpid() == _sigint_pid):
-                _set_handler(_SIGINT, _on_sigint)  # lent to the body this call is made in
+            elif os.getpid() == _sigint_pid:
+                # Made in the body (or consumer) of another call: take the handler back from
+                # it, Python's or one that code installed since (put back at this call's end)
+                handler = _get_handler(_SIGINT)
+                if handler is not _on_sigint and handler is not None:
+                    _lent = handler
+                    _set_handler(_SIGINT, _on_sigint)
             _sigint_calls += 1
     except (ValueError, OSError):  # not the main interpreter
         _shielded = outer
@@ -638,21 +649,63 @@ def sigint_begin() -> bool | None:
 
 def unshield() -> None:
     """Code that is not the library's runs now (the body, an f.iter consumer): a Ctrl-C
-    is raised at once, by Python's own handler, lent back to it. Main thread, during a
-    call that ``sigint_begin`` shielded; run at every yield."""
-    global _shielded
-    _shielded = False
+    is handled at once, by the handler that code had (Python's, or one it installed),
+    lent back to it. Main thread, during a call that ``sigint_begin`` shielded; run at
+    every yield.
+
+    A Ctrl-C that comes as the handler changes hands is held (the caller delivers it to
+    the body): signal.signal() runs the handlers of signals pending before it swaps
+    (ours, shielded, holds), and a signal is often delivered at a system call, the swap's
+    own, and handled right after it, by the handler lent back (review 50: a quarter of
+    the Ctrl-Cs sent to a busy loop). A second one raises, as ours does.
+    """
+    global _shielded, _sigint_held
     if _get_handler(_SIGINT) is _on_sigint:
-        _set_handler(_SIGINT, signal.default_int_handler)
+        try:
+            _set_handler(_SIGINT, _lent)
+        except KeyboardInterrupt:
+            if _sigint_held or _get_handler(_SIGINT) is _on_sigint:
+                raise  # (a second one; or ours raised it before the swap: a second one)
+            _sigint_held = True
+    _shielded = False
 
 
-def shield() -> None:
-    """The library's own code again: take the handler back (not over one that code
-    installed) and hold a Ctrl-C from now on."""
-    global _shielded
-    _shielded = True  # first: once ours is back, a Ctrl-C is held
-    if _sigint_calls and _get_handler(_SIGINT) is signal.default_int_handler:
-        _set_handler(_SIGINT, _on_sigint)  # (no call counted: a child forked in the body)
+def shield(interrupted: bool = False) -> None:
+    """The library's own code again: take the handler over (Python's, or one the code
+    installed, lent back at the next ``unshield``; not SIG_IGN or SIG_DFL) and hold a
+    Ctrl-C from now on. A Ctrl-C raised by the lent handler as ours goes in (pending
+    before the swap), or just before this call (``interrupted``: the caller caught it)
+    is held; a second one raises."""
+    global _shielded, _sigint_held, _lent
+    _shielded = True  # first: once ours is in, a Ctrl-C is held
+    raised = 1 if interrupted else 0
+    if _sigint_calls:  # (no call counted: a child forked in the body)
+        handler = _get_handler(_SIGINT)
+        # (SIG_IGN and SIG_DFL come back as plain ints)
+        if handler is not _on_sigint and handler is not None and not isinstance(handler, int):
+            _lent = handler
+            while True:
+                try:
+                    _set_handler(_SIGINT, _on_sigint)
+                    break
+                except KeyboardInterrupt:  # (not swapped: signal.signal() raised before it)
+                    raised += 1
+    if raised:
+        if _sigint_held or raised > 1:
+            raise KeyboardInterrupt  # a second Ctrl-C: at once, as ours does
+        _sigint_held = True
+
+
+def deliver_held() -> BaseException | None:
+    """A held Ctrl-C, handed to the handler lent back (``unshield`` first): what it
+    raised (Python's: KeyboardInterrupt), or None if it handled it otherwise."""
+    if _lent is signal.default_int_handler:
+        return KeyboardInterrupt()
+    try:
+        signal.raise_signal(signal.SIGINT)  # (runs the handler in place, in this thread)
+    except BaseException as err:
+        return err
+    return None
 
 
 def sigint_held() -> bool:
@@ -683,37 +736,40 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
     with _sigint_lock:  # (the shield is still up: a Ctrl-C from here to the swap is held)
         _sigint_calls = max(0, _sigint_calls - 1)
         last = _sigint_calls == 0
-    if last:
-        try:
-            with contextlib.suppress(ValueError, OSError):
+    try:
+        with contextlib.suppress(ValueError, OSError):
+            if last:  # what code outside the library had: Python's, or the body's own
                 if signal.getsignal(signal.SIGINT) is _on_sigint:
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
-        except BaseException:
-            # A Ctrl-C right after the swap (signal.signal() runs Python code after it) is
-            # raised by the default handler: the shield goes down with it.
-            _shielded, _sigint_held = outer, False
-            raise
+                    signal.signal(signal.SIGINT, _lent)
+            elif not outer and _get_handler(_SIGINT) is _on_sigint:
+                # back in the body (or consumer) of the call this one was made in (a Ctrl-C
+                # pending as the handler is swapped is held by ours, delivered below)
+                _set_handler(_SIGINT, _lent)
+    except BaseException:
+        # A Ctrl-C right after the swap (signal.signal() runs Python code after it) is
+        # raised by the default handler: the shield goes down with it.
+        _shielded, _sigint_held = outer, False
+        raise
     # (a Ctrl-C just before this line, the default handler back, leaves the flag up with
     # no call under way: the next sigint_begin ignores it)
     _shielded = outer
     if outer:
         return  # inside another call's own code: that call delivers it
-    if not last:  # back in the body (or consumer) of the call this one was made in
-        with contextlib.suppress(ValueError, OSError):
-            if _get_handler(_SIGINT) is _on_sigint:
-                _set_handler(_SIGINT, signal.default_int_handler)
     held, _sigint_held = _sigint_held, False
     if held and deliver:
-        raise KeyboardInterrupt
+        err = deliver_held()
+        if err is not None:
+            raise err
 
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
-    global _shielded, _sigint_held, _sigint_calls, _sigint_lock
+    global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # the child's own Ctrl-C
+        signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
+    _lent = signal.default_int_handler
     _shielded = _sigint_held = False
     _sigint_calls = 0
     _sigint_lock = threading.Lock()
