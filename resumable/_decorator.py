@@ -836,14 +836,16 @@ class _Execution:
                 # (one that came as the handler changed hands is held too: delivered now)
                 held = held or (_signals._sigint_held and _signals.take_sigint())
                 err = _signals.deliver_held() if held else None  # (the body's handler's)
-            except KeyboardInterrupt as came:  # (as the body was about to run: the body's)
+            except BaseException as came:  # (the body's handler's, as the body was to run)
                 err = came
             return gen.throw(err) if err is not None else next(gen)
         finally:
             try:
-                _signals.shield()
-            except KeyboardInterrupt:  # (raised by the body's handler as shield() began)
-                _signals.shield(interrupted=True)
+                second = _signals.shield()
+            except BaseException as came:  # (raised by the body's handler as shield() began)
+                second = _signals.shield(came)
+            if second is not None:
+                raise second  # a second Ctrl-C: at once
 
     def _new_uploader(self) -> Uploader:
         return Uploader(f"resumable-upload-{self.run.run_id}", duty=_settings.UPLOAD_DUTY.read())
@@ -961,9 +963,11 @@ class _Execution:
                         # its shield back when we hand back or end, not the one we began in.
                         self.sigint_outer = _signals._shielded
                         try:
-                            _signals.shield()
-                        except KeyboardInterrupt:  # (the consumer's handler, as it began)
-                            _signals.shield(interrupted=True)
+                            second = _signals.shield()
+                        except BaseException as came:  # (the consumer's handler's)
+                            second = _signals.shield(came)
+                        if second is not None:
+                            raise second  # a second Ctrl-C: at once
                     self.suspended = False
         except _signals.TERMINATION:
             self.stopping = True

@@ -592,10 +592,11 @@ _SIGINT = int(signal.SIGINT)
 # (Python's, or one a body installed): lent back while that code runs, and put back when
 # the last call ends.
 _lent: Any = signal.default_int_handler
+_held_error: BaseException | None = None  # what the lent handler raised for a held Ctrl-C
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    global _sigint_held
+    global _sigint_held, _held_error
     if _shielded and not _sigint_held and os.getpid() == _sigint_pid:
         _sigint_held = True
         # no logging here: the interrupted code may hold the logging lock
@@ -603,7 +604,7 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
             os.write(2, b"resumable: Ctrl-C: stopping once the save under way is handed "
                         b"over (Ctrl-C again stops at once)\n")
         return
-    _sigint_held = False
+    _sigint_held, _held_error = False, None
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without us
 
 
@@ -634,7 +635,8 @@ def sigint_begin() -> bool | None:
                 # Made in the body (or consumer) of another call: take the handler back from
                 # it, Python's or one that code installed since (put back at this call's end)
                 handler = _get_handler(_SIGINT)
-                if handler is not _on_sigint and handler is not None:
+                if (handler is not _on_sigint and handler is not None
+                        and not isinstance(handler, int)):  # (not SIG_IGN, SIG_DFL: review 51)
                     _lent = handler
                     _set_handler(_SIGINT, _on_sigint)
             _sigint_calls += 1
@@ -657,54 +659,64 @@ def unshield() -> None:
     the body): signal.signal() runs the handlers of signals pending before it swaps
     (ours, shielded, holds), and a signal is often delivered at a system call, the swap's
     own, and handled right after it, by the handler lent back (review 50: a quarter of
-    the Ctrl-Cs sent to a busy loop). A second one raises, as ours does.
+    the Ctrl-Cs sent to a busy loop); what that handler raised is kept, and thrown into
+    the body (review 51: not run twice). A second one raises, as ours does.
     """
-    global _shielded, _sigint_held
+    global _shielded, _sigint_held, _held_error
     if _get_handler(_SIGINT) is _on_sigint:
         try:
             _set_handler(_SIGINT, _lent)
-        except KeyboardInterrupt:
+        except BaseException as err:
             if _sigint_held or _get_handler(_SIGINT) is _on_sigint:
                 raise  # (a second one; or ours raised it before the swap: a second one)
-            _sigint_held = True
+            _sigint_held, _held_error = True, err
     _shielded = False
 
 
-def shield(interrupted: bool = False) -> None:
+def shield(came: BaseException | None = None) -> BaseException | None:
     """The library's own code again: take the handler over (Python's, or one the code
     installed, lent back at the next ``unshield``; not SIG_IGN or SIG_DFL) and hold a
-    Ctrl-C from now on. A Ctrl-C raised by the lent handler as ours goes in (pending
-    before the swap), or just before this call (``interrupted``: the caller caught it)
-    is held; a second one raises."""
-    global _shielded, _sigint_held, _lent
+    Ctrl-C from now on. What the lent handler raised as ours went in (a signal pending
+    before the swap), or just before this call (``came``: the caller caught it as the
+    call began), is held, to be thrown into the body. Returns a second one, which the
+    caller raises at once."""
+    global _shielded, _sigint_held, _held_error, _lent
     _shielded = True  # first: once ours is in, a Ctrl-C is held
-    raised = 1 if interrupted else 0
     if _sigint_calls:  # (no call counted: a child forked in the body)
         handler = _get_handler(_SIGINT)
         # (SIG_IGN and SIG_DFL come back as plain ints)
         if handler is not _on_sigint and handler is not None and not isinstance(handler, int):
             _lent = handler
-            while True:
+            while _get_handler(_SIGINT) is not _on_sigint:
                 try:
                     _set_handler(_SIGINT, _on_sigint)
-                    break
-                except KeyboardInterrupt:  # (not swapped: signal.signal() raised before it)
-                    raised += 1
-    if raised:
-        if _sigint_held or raised > 1:
-            raise KeyboardInterrupt  # a second Ctrl-C: at once, as ours does
-        _sigint_held = True
+                except BaseException as err:
+                    if came is not None or _get_handler(_SIGINT) is _on_sigint:
+                        return err  # (two; or ours raised it, holding one already)
+                    came = err  # (not swapped: signal.signal() ran the lent handler first)
+    if came is None:
+        return None
+    if _sigint_held:
+        return came  # a second Ctrl-C: at once, as ours does
+    _sigint_held, _held_error = True, came
+    return None
 
 
 def deliver_held() -> BaseException | None:
-    """A held Ctrl-C, handed to the handler lent back (``unshield`` first): what it
-    raised (Python's: KeyboardInterrupt), or None if it handled it otherwise."""
+    """A held Ctrl-C for the code the handler is lent to (``unshield`` first): what the
+    lent handler raised for it, if it ran already as the handler changed hands; else
+    what it raises now (Python's: KeyboardInterrupt), or None if it handled it
+    otherwise."""
+    global _held_error
+    err, _held_error = _held_error, None
+    if err is not None:
+        return err
     if _lent is signal.default_int_handler:
         return KeyboardInterrupt()
     try:
         signal.raise_signal(signal.SIGINT)  # (runs the handler in place, in this thread)
-    except BaseException as err:
-        return err
+    except BaseException as raised:
+        return raised
     return None
 
 
@@ -723,7 +735,7 @@ def take_sigint() -> bool:
 def sigint_end(outer: bool | None, deliver: bool) -> None:
     """The call ends: back to the caller's shield; the handler goes with the last call.
     With ``deliver`` a held Ctrl-C is raised now (not over a call that ends by one)."""
-    global _shielded, _sigint_calls, _sigint_held
+    global _shielded, _sigint_calls, _sigint_held, _held_error
     if outer is None:
         return
     if threading.current_thread() is not threading.main_thread():
@@ -747,8 +759,13 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
                 _set_handler(_SIGINT, _lent)
     except BaseException:
         # A Ctrl-C right after the swap (signal.signal() runs Python code after it) is
-        # raised by the default handler: the shield goes down with it.
-        _shielded, _sigint_held = outer, False
+        # raised by the default handler: the shield goes down with it. (A second one
+        # raised by ours before the swap: ours is not left behind, review 51.)
+        _shielded, _sigint_held, _held_error = outer, False, None
+        if last:
+            with contextlib.suppress(BaseException):
+                if _get_handler(_SIGINT) is _on_sigint:
+                    _set_handler(_SIGINT, _lent)
         raise
     # (a Ctrl-C just before this line, the default handler back, leaves the flag up with
     # no call under way: the next sigint_begin ignores it)
@@ -760,16 +777,18 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
         err = deliver_held()
         if err is not None:
             raise err
+    _held_error = None
 
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
-    global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent
+    global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
     _lent = signal.default_int_handler
+    _held_error = None
     _shielded = _sigint_held = False
     _sigint_calls = 0
     _sigint_lock = threading.Lock()

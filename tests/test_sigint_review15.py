@@ -549,11 +549,18 @@ _SWAP = """
     from resumable import checkpointed
     from resumable import _signals
 
-    store, where, when = sys.argv[1], sys.argv[2], sys.argv[3]
-    real, seen = _signals._set_handler, []
+    store, where, when, whose = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    real, seen, calls = _signals._set_handler, [], []
 
-    def swapping(signum, handler):  # the swaps of unshield (to Python's) and shield (to ours)
-        going = "unshield" if handler is signal.default_int_handler else "shield"
+    class Stop(Exception):
+        pass
+
+    def own(signum, frame):  # a body's handler, that raises an exception of its own
+        calls.append(signum)
+        raise Stop()
+
+    def swapping(signum, handler):  # the swaps of unshield (to the body's) and shield (ours)
+        going = "shield" if handler is _signals._on_sigint else "unshield"
         seen.append(going)
         if going != where or seen.count(where) != 3:  # (at the body's third yield)
             return real(signum, handler)
@@ -568,28 +575,33 @@ _SWAP = """
 
     @checkpointed(store=store, run_id="swap", every="generation")
     def body(*, state=None):
+        if whose == "own":
+            signal.signal(signal.SIGINT, own)
         i = 0
         while True:
             i += 1
             try:
                 yield {"i": i}
-            except KeyboardInterrupt:  # the README's graceful stop
+            except (KeyboardInterrupt, Stop):  # the README's graceful stop
                 return {"stopped at the yield of": i}
 
     try:
         out = {"call": body()}
-    except KeyboardInterrupt:
-        out = {"call": "KeyboardInterrupt"}
+    except (KeyboardInterrupt, Stop) as err:
+        out = {"call": type(err).__name__}
     out["saved"] = body.latest().state["i"]
-    out["handler after"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    out["handler after"] = signal.getsignal(signal.SIGINT) is (
+        own if whose == "own" else signal.default_int_handler)
+    out["own handler called"] = len(calls)
     print(json.dumps(out))
 """
 
 
+@pytest.mark.parametrize("whose", ["python", "own"])
 @pytest.mark.parametrize("when", ["pending", "at_the_swap"])
 @pytest.mark.parametrize("where", ["unshield", "shield"])
 def test_a_ctrl_c_as_the_handler_changes_hands_reaches_the_body_at_its_yield(
-    tmp_path: Path, where: str, when: str
+    tmp_path: Path, where: str, when: str, whose: str
 ) -> None:
     """While the body runs Python's handler is lent back to it (67fb962). A Ctrl-C that
     came as the handler changed hands was raised in the library's code: signal.signal()
@@ -597,12 +609,15 @@ def test_a_ctrl_c_as_the_handler_changes_hands_reaches_the_body_at_its_yield(
     swap's own system call is handled right after it, by the new handler (review 50: a
     quarter of the Ctrl-Cs sent to a busy loop). The body never got it at its yield
     (where it may stop gracefully) and, in shield(), the state it had just yielded was
-    not saved. It is held now, and thrown into the body at its yield."""
-    out = _child(_SWAP, str(tmp_path / "store"), where, when)
+    not saved. It is held now, and thrown into the body at its yield. With a handler of
+    the body's own that raises an exception of its own, that exception, once: it escaped
+    the library, or (held as a Ctrl-C) the handler ran twice (review 51)."""
+    out = _child(_SWAP, str(tmp_path / "store"), where, when, whose)
     stopped = out["call"]["stopped at the yield of"] if isinstance(out["call"], dict) else None
     # (unshield: the third resume, after the yield of 2; shield: after the yield of 3)
     assert stopped == (2 if where == "unshield" else 3), out
     assert out["saved"] == stopped and out["handler after"], out
+    assert out["own handler called"] == (1 if whose == "own" else 0), out
 
 
 _CHAINED = """
@@ -703,3 +718,50 @@ def test_a_ctrl_c_as_the_first_call_installs_the_handler_leaves_none_behind(
     (review 50). It is held now, and raised by the call."""
     out = _child(_FIRST, str(tmp_path / "store"))
     assert out == {"call": "KeyboardInterrupt", "default back": True}
+
+
+_IGNORED = """
+    import json, os, signal, sys
+    from resumable import checkpointed
+    from resumable import _decorator
+
+    start, sent = _decorator._Execution._start, []
+
+    def starting(self):  # two Ctrl-Cs as the inner call loads its checkpoint
+        if self.run.run_id == "inner" and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # (the first is handled before the second is sent)
+            os.kill(os.getpid(), signal.SIGINT)
+        return start(self)
+
+    _decorator._Execution._start = starting
+
+    @checkpointed(store=sys.argv[1], run_id="inner", every="generation")
+    def inner(*, state=None):
+        yield {"i": 0}
+        return "inner done"
+
+    @checkpointed(store=sys.argv[1], run_id="outer", every="generation")
+    def outer(*, state=None):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # this body ignores Ctrl-C
+        yield {"i": 0}
+        got = inner()  # a call inside the body
+        yield {"i": 1}
+        return got
+
+    try:
+        out = {"call": outer()}
+    except KeyboardInterrupt:
+        out = {"call": "KeyboardInterrupt"}
+    out["ignored after"] = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    print(json.dumps(out))
+"""
+
+
+def test_a_call_inside_a_body_that_ignores_ctrl_c_leaves_it_ignored(tmp_path: Path) -> None:
+    """A call made inside a body took over whatever handler was in place, SIG_IGN too:
+    two Ctrl-Cs while it loaded its checkpoint raised KeyboardInterrupt in a program
+    that ignores SIGINT (review 51). SIG_IGN and SIG_DFL are left alone."""
+    out = _child(_IGNORED, str(tmp_path / "store"))
+    assert out == {"call": "inner done", "ignored after": True}
