@@ -190,7 +190,7 @@ def _restore_numpy(np: Any, saved: Any) -> None:
     drawing meanwhile used the freed generator: a segfault, review 42). A state that
     cannot be set is a ConfigurationError, and the generator is left as it was.
     """
-    kind = saved[0] if isinstance(saved, tuple) and saved else (
+    kind = saved[0] if isinstance(saved, (tuple, list)) and saved else (
         saved.get("bit_generator") if isinstance(saved, dict) else None)
     if isinstance(saved, dict) and "state" not in saved:
         # (randomgen's: numpy's RandomState.set_state takes only states with a "state")
@@ -247,7 +247,9 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
             raise ConfigurationError(
                 f"numpy's global RNG was saved on the bit generator {kind!r}, and "
                 f"{candidates[0]!r}() cannot be made to restore it: {type(err).__name__}: "
-                f"{err}") from err
+                f"{err}. Give that class's __init__ defaults for all its arguments, or "
+                "keep a Generator of it in the state instead of numpy's global RNG, or "
+                "resume with capture_rng=False (not bit for bit)") from err
     # The state tried first on a RandomState of its own, of the kind it will be set on: a
     # state numpy refuses is refused there, before anything is changed. numpy's set_state
     # writes the cached normal before the generator refuses the rest (review 44), so a
@@ -256,18 +258,21 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
     trial: Any = made if switched else (
         _trial(np, previous) if type(rs) is np.random.RandomState
         and previous is not None else None)
+    # (a trial on the numpy class a subclass derives from checks less than the subclass:
+    # its name, anything of its own; what it passes may still be refused, review 52)
+    exact = trial is not None and (switched or type(trial) is type(previous))
     if trial is not None:
         try:
             np.random.RandomState(trial).set_state(
                 {**saved, "bit_generator": type(trial).__name__}
-                if isinstance(saved, dict) and not switched and type(trial) is not type(previous)
-                else saved)  # (the numpy class it derives from checks its own name)
+                if not exact and isinstance(saved, dict) and kind == type(previous).__name__
+                else saved)  # (the numpy class checks its own name: the subclass's is right)
         except Exception as err:
             raise _refused(kind, err) from err
-    # Without a trial, what to put back if the state is refused: the generator's own
-    # state and the normal it has cached. Read from memory, not with get_state, which
+    # Without an exact trial, what to put back if the state is refused: the generator's
+    # own state and the normal it has cached. Read from memory, not with get_state, which
     # takes the lock.
-    before = ({**previous.state, **_cached_normal(np, rs)} if trial is None
+    before = ({**previous.state, **_cached_normal(np, rs)} if not exact
               and type(rs) is np.random.RandomState and previous is not None else None)
     if switched:
         _switch(rs, made, kind)
@@ -279,7 +284,7 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
         # inside this one) that changed the generator since this one looked: decided
         # again, with nothing put back (that would undo the other's, review 47). Only a
         # refusal with no change but this one's own is the saved state's fault.
-        if trial is not None:
+        if exact:
             return False  # (the state was taken on its own: the generator changed)
         # Numbers only grow: this restore's own (its switch's, then this one) directly
         # after ``seen`` and none since mean no other change. (A program's own
@@ -300,11 +305,21 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
 def _random_saved(saved: Any) -> Any:
     """``random``'s saved state as random.setstate takes it, once set on a Random of its
     own; a ConfigurationError if it cannot be."""
+    inst: Any = getattr(random.setstate, "__self__", None)
     try:
         if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
             _, raw, gauss_next = saved
             saved = (3, _random_internal(raw), gauss_next)
-        random.Random().setstate(saved)
+        if inst is None or type(inst) is random.Random:
+            trial: Any = random.Random()
+        else:  # a program's own Random subclass, whose state may be its own (review 52)
+            try:
+                trial = copy.deepcopy(inst)
+            except Exception:
+                return saved  # (cannot be copied: set on the instance itself, after numpy)
+            if trial is inst:
+                return saved
+        trial.setstate(saved)
     except Exception as err:
         raise ConfigurationError(
             "the random module's state saved with the checkpoint cannot be restored: "

@@ -1222,6 +1222,90 @@ def test_a_refused_restore_does_not_undo_another_threads_restore(
     assert np.random.standard_normal(4).tolist() == expected, "S's restore was damaged"
 
 
+class _Guarded(_NoCopy):
+    """A subclass that cannot be copied and checks states in its own way (in
+    __setattr__, not with a ``state`` of its own): the numpy class it derives from
+    accepts more."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "state" and value["state"]["pos"] == 0:
+            raise ValueError("_Guarded refuses pos 0")
+        super().__setattr__(name, value)
+
+
+@pytest.mark.parametrize("name", ["7", "none", "dotted", "own check"])
+def test_a_state_tried_on_the_numpy_class_a_subclass_derives_from_is_not_taken_as_sound(
+        numpy_rng: None, name: str) -> None:
+    """A subclass that cannot be copied is tried on its numpy class (bc5d6b3). The saved
+    name was replaced by that class's whatever it was, so the trial passed states the
+    global generator then refused, and that refusal was taken for another thread's
+    switch: 1000 retries (0.5 s), "other threads switched ... 1000 times", and the cached
+    normal written each time (review 52). The name is replaced only when it is the
+    subclass's, and a refusal after such a trial is the state's fault, put back."""
+    from resumable import _rng
+
+    kind = _Guarded if name == "own check" else _NoCopy
+    np.random.set_bit_generator(kind(1))
+    np.random.standard_normal(1)  # (a normal cached)
+    saved = np.random.get_state(legacy=False)
+    expected = np.random.standard_normal(3).tolist()
+    np.random.set_state(saved)
+    dotted = f"{_NoCopy.__module__}._NoCopy"
+    broken = {**saved, "bit_generator": {"7": 7, "none": None, "dotted": dotted,
+                                         "own check": "_Guarded"}[name]}
+    if name == "own check":
+        broken["state"] = {**saved["state"], "pos": 0}
+    with pytest.raises(ConfigurationError, match="cannot be restored"):
+        _rng.restore({"numpy": broken})
+    assert np.random.standard_normal(3).tolist() == expected
+
+
+class _Counting(random.Random):
+    """A program's own Random, whose state is its own format (its draws counted)."""
+
+    def __init__(self, seed: Any = None) -> None:
+        self.count = 0
+        super().__init__(seed)
+
+    def getstate(self) -> Any:
+        return ("counting", super().getstate(), self.count)
+
+    def setstate(self, state: Any) -> None:
+        _, inner, self.count = state
+        super().setstate(inner)
+
+
+def test_a_programs_own_random_class_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``random``'s state was tried on a plain random.Random (bc5d6b3), which refuses the
+    state of a program's own Random subclass installed as the module's functions: a
+    sound checkpoint could not be resumed (review 52). It is tried on a copy of the
+    instance in place."""
+    from resumable import _rng
+
+    inst = _Counting(1)
+    for attr in ("random", "getstate", "setstate"):
+        monkeypatch.setattr(random, attr, getattr(inst, attr))
+    random.random()
+    saved = _rng.capture()
+    expected = [random.random() for _ in range(3)]
+    _rng.restore(saved)
+    assert [random.random() for _ in range(3)] == expected
+
+
+def test_a_subclass_that_cannot_be_made_is_refused_with_what_to_do(numpy_rng: None) -> None:
+    """A checkpoint saved on a bit generator class whose __init__ needs arguments cannot
+    be restored in a new process, where another kind is in place; the error said so, and
+    not what to do (review 52)."""
+    from resumable import _rng
+
+    np.random.set_bit_generator(_NoCopy(1))
+    saved = _rng.capture()
+    np.random.set_bit_generator(np.random.PCG64(2))
+    with pytest.raises(ConfigurationError, match=r"defaults for all its arguments.*"
+                       r"capture_rng=False"):
+        _rng.restore(saved)
+
+
 class _SharedCopy(np.random.MT19937):
     """A bit generator whose __deepcopy__ returns itself (a program's, for speed)."""
 
