@@ -837,12 +837,17 @@ class _Execution:
                 held = held or (_signals._sigint_held and _signals.take_sigint())
                 err = _signals.deliver_held() if held else None  # (the body's handler's)
             except BaseException as came:  # (the body's handler's, as the body was to run)
+                if not _signals.from_sigint(came):
+                    raise
                 err = came
             return gen.throw(err) if err is not None else next(gen)
         finally:
             try:
                 second = _signals.shield()
             except BaseException as came:  # (raised by the body's handler as shield() began)
+                if not _signals.from_sigint(came):
+                    _signals.shield()  # (a SIGTERM's: it goes on, shielded)
+                    raise
                 second = _signals.shield(came)
             if second is not None:
                 raise second  # a second Ctrl-C: at once
@@ -965,6 +970,9 @@ class _Execution:
                         try:
                             second = _signals.shield()
                         except BaseException as came:  # (the consumer's handler's)
+                            if not _signals.from_sigint(came):
+                                _signals.shield()  # (a SIGTERM's: it goes on, shielded)
+                                raise
                             second = _signals.shield(came)
                         if second is not None:
                             raise second  # a second Ctrl-C: at once
@@ -973,6 +981,10 @@ class _Execution:
             self.stopping = True
             if self.interrupted:  # out of time: children still pickling are not waited for
                 self._end_children()
+            elif self.suspended and self.step > start_step:
+                # at an f.iter consumer's yield (the handler changing hands): the state it
+                # was handed, or had, is kept, as when it stops early (review 53)
+                self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
                         self._saved_step(), "stopping" if _signals.interactive()

@@ -144,7 +144,14 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     # is refused before numpy's generator is changed (review 49). numpy's is set before
     # ``random``'s: restoring it may make bit generators, whose __init__ (a program's
     # subclass) may draw from ``random`` (review 48: the resumed stream was one draw on).
-    random_saved = _random_saved(state["random"]) if "random" in state else None
+    random_saved: Any = None
+    if "random" in state:
+        random_saved, tried = _random_saved(state["random"])
+        if not tried:  # (no trial: set first, so that a refusal leaves numpy's as it was)
+            try:
+                random.setstate(random_saved)
+            except Exception as err:
+                raise _random_refused(err) from err
     if "numpy" in state:
         import numpy as np
 
@@ -302,9 +309,12 @@ def _restore_numpy_once(np: Any, saved: Any, kind: Any) -> bool:
     return True
 
 
-def _random_saved(saved: Any) -> Any:
-    """``random``'s saved state as random.setstate takes it, once set on a Random of its
-    own; a ConfigurationError if it cannot be."""
+def _random_saved(saved: Any) -> tuple[Any, bool]:
+    """``random``'s saved state as random.setstate takes it, and whether it was tried on
+    a Random of its own (a copy of the instance in place: a program's own subclass may
+    have a state of its own, review 52); a ConfigurationError if it cannot be set. One
+    that cannot be copied (its __init__ needs arguments) gets no trial: the caller sets
+    the state on it before numpy's (review 53), and again after."""
     inst: Any = getattr(random.setstate, "__self__", None)
     try:
         if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
@@ -312,19 +322,23 @@ def _random_saved(saved: Any) -> Any:
             saved = (3, _random_internal(raw), gauss_next)
         if inst is None or type(inst) is random.Random:
             trial: Any = random.Random()
-        else:  # a program's own Random subclass, whose state may be its own (review 52)
+        else:
             try:
                 trial = copy.deepcopy(inst)
             except Exception:
-                return saved  # (cannot be copied: set on the instance itself, after numpy)
+                return saved, False
             if trial is inst:
-                return saved
+                return saved, False
         trial.setstate(saved)
     except Exception as err:
-        raise ConfigurationError(
-            "the random module's state saved with the checkpoint cannot be restored: "
-            f"{type(err).__name__}: {err}{_DAMAGED_RNG}") from err
-    return saved
+        raise _random_refused(err) from err
+    return saved, True
+
+
+def _random_refused(err: Exception) -> ConfigurationError:
+    return ConfigurationError(
+        "the random module's state saved with the checkpoint cannot be restored: "
+        f"{type(err).__name__}: {err}{_DAMAGED_RNG}")
 
 
 _DAMAGED_RNG = ("; the RNGs were left as they were. If the checkpoint's RNG record is "

@@ -649,6 +649,14 @@ def sigint_begin() -> bool | None:
     return outer
 
 
+def from_sigint(err: BaseException) -> bool:
+    """Whether an exception raised as the SIGINT handler changed hands is that handler's:
+    Python's raises KeyboardInterrupt, a body's own anything; the library's SIGTERM
+    handler (whose Terminated a swap may also run) is not (review 53)."""
+    return not isinstance(err, TERMINATION) and (
+        isinstance(err, KeyboardInterrupt) or _lent is not signal.default_int_handler)
+
+
 def unshield() -> None:
     """Code that is not the library's runs now (the body, an f.iter consumer): a Ctrl-C
     is handled at once, by the handler that code had (Python's, or one it installed),
@@ -667,8 +675,9 @@ def unshield() -> None:
         try:
             _set_handler(_SIGINT, _lent)
         except BaseException as err:
-            if _sigint_held or _get_handler(_SIGINT) is _on_sigint:
-                raise  # (a second one; or ours raised it before the swap: a second one)
+            if (_sigint_held or _get_handler(_SIGINT) is _on_sigint
+                    or not from_sigint(err)):
+                raise  # (a second one; or ours raised it before the swap; or not a Ctrl-C)
             _sigint_held, _held_error = True, err
     _shielded = False
 
@@ -691,6 +700,8 @@ def shield(came: BaseException | None = None) -> BaseException | None:
                 try:
                     _set_handler(_SIGINT, _on_sigint)
                 except BaseException as err:
+                    if not from_sigint(err):
+                        raise  # (not a Ctrl-C: the SIGTERM handler's, as before)
                     if came is not None or _get_handler(_SIGINT) is _on_sigint:
                         return err  # (two; or ours raised it, holding one already)
                     came = err  # (not swapped: signal.signal() ran the lent handler first)

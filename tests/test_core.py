@@ -1292,6 +1292,37 @@ def test_a_programs_own_random_class_resumes(monkeypatch: pytest.MonkeyPatch) ->
     assert [random.random() for _ in range(3)] == expected
 
 
+class _SeededRandom(random.Random):
+    """A program's own Random that cannot be copied: its __init__ needs a seed."""
+
+    def __init__(self, seed: Any) -> None:
+        super().__init__(seed)
+
+
+def test_a_damaged_random_state_on_a_random_that_cannot_be_copied_changes_nothing(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``random``'s state is tried on a copy of the instance in place (23feeab); one that
+    cannot be copied got no trial, so a damaged state was refused by random.setstate
+    after numpy's RNG had been set: a bare ValueError, numpy's RNG changed (review 53).
+    It is now set on the instance first."""
+    from resumable import _rng
+
+    inst = _SeededRandom(1)
+    for attr in ("random", "getstate", "setstate"):
+        monkeypatch.setattr(random, attr, getattr(inst, attr))
+    np.random.set_bit_generator(np.random.PCG64(1))
+    sound = _rng.capture()  # (numpy's part: a PCG64 state, a switch to restore it)
+    np.random.set_bit_generator(np.random.MT19937(2))
+    random_before = inst.getstate()
+    expected = np.random.random(3).tolist()
+    np.random.set_bit_generator(np.random.MT19937(2))
+    with pytest.raises(ConfigurationError, match="random module's state"):
+        _rng.restore({**sound, "random": (3, (1, 2, 3), None)})
+    assert inst.getstate() == random_before
+    assert type(np.random.get_bit_generator()) is np.random.MT19937
+    assert np.random.random(3).tolist() == expected
+
+
 def test_a_subclass_that_cannot_be_made_is_refused_with_what_to_do(numpy_rng: None) -> None:
     """A checkpoint saved on a bit generator class whose __init__ needs arguments cannot
     be restored in a new process, where another kind is in place; the error said so, and

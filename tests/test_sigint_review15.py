@@ -765,3 +765,66 @@ def test_a_call_inside_a_body_that_ignores_ctrl_c_leaves_it_ignored(tmp_path: Pa
     that ignores SIGINT (review 51). SIG_IGN and SIG_DFL are left alone."""
     out = _child(_IGNORED, str(tmp_path / "store"))
     assert out == {"call": "inner done", "ignored after": True}
+
+
+_TERM_AT_SWAP = """
+    import faulthandler, json, os, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+    from resumable import _signals
+
+    store, out_path = sys.argv[1], sys.argv[2]
+    real, lends = _signals._set_handler, []
+
+    def swapping(signum, handler):  # a SIGTERM pending as a consumer is handed step 3
+        if handler is not _signals._on_sigint:
+            lends.append(1)  # (body, consumer, body, consumer...: the sixth is step 3's)
+            if len(lends) == 6:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return real(signum, handler)
+
+    _signals._set_handler = swapping
+
+    @checkpointed(store=store, run_id="term", every=10**9)
+    def body(*, state=None):
+        i = 0
+        while True:
+            i += 1
+            yield {"i": i}
+
+    if out_path == "check":
+        print(json.dumps(body.latest().state))
+        sys.exit(0)
+    got = []
+    try:
+        for s in body.iter():
+            got.append(s["i"])
+            with open(out_path, "w") as f:
+                json.dump(got, f)
+    finally:
+        with open(out_path, "w") as f:
+            json.dump(got, f)
+"""
+
+
+def test_a_sigterm_as_a_consumer_is_handed_a_state_stops_it_and_keeps_that_state(
+    tmp_path: Path
+) -> None:
+    """signal.signal() runs every pending handler before it swaps, the library's SIGTERM
+    handler too, which stops a run suspended at a consumer's yield at once. Since
+    b1e1a03 the swap took its Terminated for a Ctrl-C of the consumer's: the consumer
+    was handed the state and went on after the SIGTERM (6 to 9 of 40 real SIGTERMs), and
+    the log spoke of a Ctrl-C. And a SIGTERM stopping the run there saved nothing since
+    the last checkpoint (older): the state the consumer was to have is kept now, as when
+    a consumer stops early (review 53)."""
+    out = tmp_path / "got.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(_TERM_AT_SWAP),
+         str(tmp_path / "store"), str(out)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert json.loads(out.read_text()) == [1, 2], proc.stderr[-3000:]
+    assert "Ctrl-C" not in proc.stderr, proc.stderr[-3000:]
+    assert _child(_TERM_AT_SWAP, str(tmp_path / "store"), "check") == {"i": 3}
