@@ -845,9 +845,6 @@ class _Execution:
             try:
                 second = _signals.shield()
             except BaseException as came:  # (raised by the body's handler as shield() began)
-                if not _signals.from_sigint(came):
-                    _signals.shield()  # (a SIGTERM's: it goes on, shielded)
-                    raise
                 second = _signals.shield(came)
             if second is not None:
                 raise second  # a second Ctrl-C: at once
@@ -970,9 +967,6 @@ class _Execution:
                         try:
                             second = _signals.shield()
                         except BaseException as came:  # (the consumer's handler's)
-                            if not _signals.from_sigint(came):
-                                _signals.shield()  # (a SIGTERM's: it goes on, shielded)
-                                raise
                             second = _signals.shield(came)
                         if second is not None:
                             raise second  # a second Ctrl-C: at once

@@ -630,13 +630,11 @@ def sigint_begin() -> bool | None:
                     _sigint_pid = os.getpid()
                     _lent = signal.default_int_handler
                     signal.signal(signal.SIGINT, _on_sigint)
-                _sigint_pid = os.getpid()
             elif os.getpid() == _sigint_pid:
                 # Made in the body (or consumer) of another call: take the handler back from
                 # it, Python's or one that code installed since (put back at this call's end)
                 handler = _get_handler(_SIGINT)
-                if (handler is not _on_sigint and handler is not None
-                        and not isinstance(handler, int)):  # (not SIG_IGN, SIG_DFL: review 51)
+                if _taken_over(handler):
                     _lent = handler
                     _set_handler(_SIGINT, _on_sigint)
             _sigint_calls += 1
@@ -647,6 +645,13 @@ def sigint_begin() -> bool | None:
         _shielded = outer
         raise
     return outer
+
+
+def _taken_over(handler: Any) -> bool:
+    """Whether the library takes this SIGINT handler over while it works: Python's, or
+    one a body installed; not ours, not SIG_IGN or SIG_DFL (plain ints here, review 51),
+    not None (one not set from Python)."""
+    return handler is not _on_sigint and handler is not None and not isinstance(handler, int)
 
 
 def from_sigint(err: BaseException) -> bool:
@@ -691,10 +696,12 @@ def shield(came: BaseException | None = None) -> BaseException | None:
     caller raises at once."""
     global _shielded, _sigint_held, _held_error, _lent
     _shielded = True  # first: once ours is in, a Ctrl-C is held
+    if came is not None and not from_sigint(came):
+        shield()  # (a SIGTERM's: the library goes on, shielded, as it stops)
+        raise came
     if _sigint_calls:  # (no call counted: a child forked in the body)
         handler = _get_handler(_SIGINT)
-        # (SIG_IGN and SIG_DFL come back as plain ints)
-        if handler is not _on_sigint and handler is not None and not isinstance(handler, int):
+        if _taken_over(handler):
             _lent = handler
             while _get_handler(_SIGINT) is not _on_sigint:
                 try:
