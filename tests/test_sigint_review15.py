@@ -404,7 +404,9 @@ def test_a_ctrl_c_while_the_handler_is_taken_down_leaves_no_stale_shield(
 
 # -- other SIGINT users ------------------------------------------------------------------
 
-_ASYNCIO = """
+# asyncio.run of a task that sends itself a Ctrl-C: "cancelled cleanly" when asyncio's own
+# handling (the main task cancelled) is in place, "KeyboardInterrupt" when it is not.
+_ASYNCIO_JOB = """
     import asyncio, faulthandler, json, signal, sys
     faulthandler.dump_traceback_later(50, exit=True)
     from resumable import checkpointed
@@ -422,6 +424,9 @@ _ASYNCIO = """
             return asyncio.run(job())
         except KeyboardInterrupt:
             return "KeyboardInterrupt"
+"""
+
+_ASYNCIO = _ASYNCIO_JOB + """
 
     @checkpointed(store=sys.argv[1], run_id="aio", every="generation")
     def body(*, state=None):
@@ -450,24 +455,7 @@ def test_asyncio_run_in_a_body_gets_its_own_ctrl_c_handling(tmp_path: Path) -> N
     assert out == {"without_resumable": "cancelled cleanly", "in_a_body": "cancelled cleanly"}
 
 
-_LENT = """
-    import asyncio, faulthandler, json, signal, sys
-    faulthandler.dump_traceback_later(50, exit=True)
-    from resumable import checkpointed
-
-    async def job():
-        asyncio.get_running_loop().call_soon(signal.raise_signal, signal.SIGINT)  # Ctrl-C
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            return "cancelled cleanly"
-        return "not reached"
-
-    def plain():
-        try:
-            return asyncio.run(job())
-        except KeyboardInterrupt:
-            return "KeyboardInterrupt"
+_LENT = _ASYNCIO_JOB + """
 
     out = {}
 
