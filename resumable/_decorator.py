@@ -140,6 +140,7 @@ class CheckpointedFunction(Generic[P, R]):
                    _signing_key(self._opts.signing_key), self._opts.keep)
 
     def _execution(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Execution:
+        _settings.check_all()  # a bad value fails here, not at a SIGTERM or a retry
         ident, bound = self._identify(args, kwargs)
         return _Execution(self, self._open(ident), bound, ident)
 

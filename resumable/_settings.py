@@ -3,7 +3,8 @@
 The rest of the package asks this module (``_settings.UPLOAD_DUTY.read()``) and never
 reads ``os.environ`` for a ``RESUMABLE_*`` name itself. Values are read when they are
 used (at each call of a decorated function, each retried operation), not at import,
-so a test or a launcher may set them late. The README's table of environment variables
+so a test or a launcher may set them late; all are checked when a call (or a CLI
+command) starts (``check_all``), so a bad one fails there, not at a SIGTERM. The README's table of environment variables
 is this table (``markdown_table()`` prints it; a test compares the two).
 
 To add a variable: one ``Setting`` constant below, added to ``SETTINGS``; then paste
@@ -238,6 +239,21 @@ SETTINGS: tuple[Setting[Any], ...] = (
     RESTART_BACKOFF,
     RETRY_DEADLINE, EXIT_CODES, TERM_TIMEOUT, MIGRATION_TIMEOUT, AUDIT_CHILD,
 )
+
+
+# Read when a call starts (and a CLI command), whether or not this call comes to use them:
+# a bad value found only where it is first used failed at a SIGTERM (in the timeout
+# watchdog's thread) or at a store's first retry. RUN_ID, SIGNING_KEY and STORE are read
+# at the call's start when they are used at all; AUDIT_CHILD is set by the library.
+CHECKED_AT_START: tuple[Setting[Any], ...] = tuple(
+    s for s in SETTINGS if s not in (STORE, RUN_ID, SIGNING_KEY, AUDIT_CHILD))
+
+
+def check_all() -> None:
+    """Raise ConfigurationError, naming the variable, for the first bad value among
+    ``CHECKED_AT_START``."""
+    for setting in CHECKED_AT_START:
+        setting.read()
 
 
 def markdown_table() -> str:

@@ -907,6 +907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_id = getattr(args, "run_id", None)
         if not store_given and run_id is not None and _looks_like_store(run_id):
             raise _missing_run_id(args.command, run_id)
+        _settings.check_all()  # a bad $RESUMABLE_RETRY_DEADLINE: 78 now, not at a retry
         code: int = args.func(args)
         return code
     except (CliError, ResumableError) as err:

@@ -212,3 +212,40 @@ def test_exit_codes_false_means_plain_exit_status(tmp_path: Path) -> None:
                           text=True, cwd=tmp_path)
     assert "configured wrongly on purpose" in proc.stderr
     assert proc.returncode == 1
+
+
+# Every variable a call may use, checked when the call starts (before the body runs or
+# anything is written): a bad value found only when first used failed at a SIGTERM (the
+# timeout watchdog died with a traceback), or at a store's first retry (exit 78 for what
+# should have been a retried fault), or never (a run without either went on silently).
+_AT_CALL = sorted(set(BAD) - {"RESUMABLE_RUN_ID", "RESUMABLE_SIGNING_KEY"})
+
+
+@pytest.mark.parametrize("name", _AT_CALL)
+def test_a_bad_value_fails_the_call_before_the_body_runs(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    entered = []
+
+    def body(*, state: object = None):  # type: ignore[no-untyped-def]
+        entered.append(1)
+        yield 1
+
+    monkeypatch.setenv(name, BAD[name][0])
+    f = checkpointed(store=str(tmp_path / "store"), run_id="early")(body)
+    with pytest.raises(ConfigurationError, match=re.escape("$" + name)):
+        f()
+    with pytest.raises(ConfigurationError, match=re.escape("$" + name)):
+        f.iter()
+    assert entered == []
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.*"))
+
+
+@pytest.mark.parametrize("name", ["RESUMABLE_RETRY_DEADLINE", "RESUMABLE_TERM_TIMEOUT"])
+def test_a_bad_value_fails_a_cli_command_with_exit_78(name: str, tmp_path: Path) -> None:
+    """The CLI retries storage operations too: a bad deadline is a usage fault at once."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), name: BAD[name][0]}
+    proc = subprocess.run([sys.executable, "-m", "resumable", "ls", str(tmp_path)],
+                          env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 78, proc.stderr
+    assert "$" + name in proc.stderr
