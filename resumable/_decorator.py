@@ -1027,6 +1027,8 @@ def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:
 
 
 def checkpointed(
+    _func: Any = None,
+    /,
     *,
     every: Any = "generation",
     store: str | os.PathLike[str] | Store | None = None,
@@ -1047,6 +1049,12 @@ def checkpointed(
     See the README for every option; the function gets ``state=None`` on a fresh start
     and the last saved state on resume, and the call returns the generator's return value.
     """
+    if _func is not None:
+        raise TypeError(
+            f"@checkpointed needs parentheses: write @checkpointed() (or "
+            f"@checkpointed(every=...)) above {getattr(_func, '__qualname__', repr(_func))}; "
+            "its options are keywords")
+
     def decorate(func: Callable[P, Generator[Any, None, R]]) -> CheckpointedFunction[P, R]:
         name = getattr(func, "__qualname__", repr(func))
         if not inspect.isgeneratorfunction(func):
@@ -1072,11 +1080,30 @@ def checkpointed(
                 version=version, ignore=ignore,
             )
             _identity.check_ignore(func, opts.ignore, state_arg)
+            _check_progress_name(func, opts.progress, state_arg)
         except ConfigurationError as err:
             raise ConfigurationError(f"@checkpointed on {name}: {err}") from err
         return CheckpointedFunction(func, opts)
 
     return decorate
+
+
+def _check_progress_name(func: Callable[..., Any], progress: Any, state_arg: str) -> None:
+    """progress= (or a Bar's total) as a name: an argument of the function that is not the
+    state (a misspelt name showed a bar with no total)."""
+    name = progress.total if isinstance(progress, Bar) else progress
+    if not isinstance(name, str):
+        return
+    params = inspect.signature(func).parameters
+    if name != state_arg and (name in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())):
+        return
+    names = [p for p in params if p != state_arg]
+    raise ConfigurationError(
+        f"progress={name!r} names {'the state' if name == state_arg else 'no parameter'}: "
+        "as a string it is the name of the argument that holds the number of generations "
+        f"(the parameters are {', '.join(map(repr, names)) or 'none'}); or give an int "
+        "total, or True")
 
 
 def _validate(**o: Any) -> _Options:

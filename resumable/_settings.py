@@ -4,8 +4,9 @@ The rest of the package asks this module (``_settings.UPLOAD_DUTY.read()``) and 
 reads ``os.environ`` for a ``RESUMABLE_*`` name itself. Values are read when they are
 used (at each call of a decorated function, each retried operation), not at import,
 so a test or a launcher may set them late; all are checked when a call (or a CLI
-command) starts (``check_all``), so a bad one fails there, not at a SIGTERM. The README's table of environment variables
-is this table (``markdown_table()`` prints it; a test compares the two).
+command) starts (``check_all``), so a bad one fails there, not at a SIGTERM. The
+README's table of environment variables is this table (``markdown_table()`` prints it;
+a test compares the two).
 
 To add a variable: one ``Setting`` constant below, added to ``SETTINGS``; then paste
 the README table from

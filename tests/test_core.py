@@ -49,6 +49,15 @@ def test_plain_function_is_rejected_naming_it() -> None:
             return 1
 
 
+def test_the_decorator_without_parentheses_says_to_add_them() -> None:
+    """@checkpointed with no parentheses was a bare 'takes 0 positional arguments'."""
+    def gen(*, state: Any = None) -> Any:
+        yield state
+
+    with pytest.raises(TypeError, match=r"@checkpointed\(\).*gen"):
+        checkpointed(gen)  # type: ignore[call-arg]
+
+
 def test_missing_state_parameter_is_rejected() -> None:
     """A generator without the state keyword fails at decoration time."""
     with pytest.raises(TypeError, match=r"no_state.*'state'"):

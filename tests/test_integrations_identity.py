@@ -620,6 +620,32 @@ def test_ask_tell_budget_none_needs_an_optimizer_that_stops() -> None:
                  None, store="memory://none")
 
 
+def test_ask_tell_on_an_object_without_ask_and_tell_says_what_it_needs() -> None:
+    """ask_tell(object(), ...) was a bare AttributeError from inside the run."""
+    with pytest.raises(ConfigurationError, match=r"ask_tell: object has no ask\(\)"):
+        ask_tell(object(), worker.shifted_sphere, 3, store="memory://noask")
+
+
+@pytest.mark.parametrize("module, extra", [("deap", "deap"), ("pygad", "pygad")])
+def test_an_integration_without_its_library_names_the_extra_to_install(
+    module: str, extra: str
+) -> None:
+    """Without the library (hidden here by a meta path finder that refuses it), importing
+    the integration was a bare ModuleNotFoundError: now it names the pip extra."""
+    code = (
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in ({module!r}, 'numpy'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        f"import resumable.integrations.{module}\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode != 0
+    assert f"pip install 'resumable[{extra}]'" in out.stderr, out.stderr[-2000:]
+
+
 # -- the by-value description behind the run ids ----------------------------------------
 
 from hypothesis import given  # noqa: E402

@@ -145,3 +145,24 @@ def test_progress_option_is_validated() -> None:
             @checkpointed(progress=bad)
             def f(*, state: object = None) -> object:
                 yield state
+
+
+def test_progress_naming_no_argument_is_refused_at_decoration() -> None:
+    """progress="generatoins" (a typo) showed a bar with no total, silently."""
+    import pytest
+
+    from resumable import ConfigurationError, checkpointed
+    from resumable._progress import Bar
+
+    def f(generations: int = 5, *, state: object = None) -> object:
+        yield state
+
+    for bad in ("generatoins", Bar(total="generatoins"), "state"):
+        with pytest.raises(ConfigurationError, match=r"generatoins|state.*'generations'"):
+            checkpointed(progress=bad)(f)
+    checkpointed(progress="generations")(f)  # the right name is taken
+
+    def g(*, state: object = None, **options: object) -> object:
+        yield state
+
+    checkpointed(progress="generations")(g)  # may come through **options

@@ -28,6 +28,17 @@ __all__ = ["ask_tell", "deap", "pygad", "pymoo"]
 _SUBMODULES = ("deap", "pygad", "pymoo")
 
 
+def missing_library(err: ModuleNotFoundError, integration: str, extra: str) -> BaseException:
+    """What to raise when an integration's library (or numpy) is not installed: the pip
+    extra that brings it. ``err`` itself for a module missing inside that library."""
+    if (err.name or "").split(".")[0] not in (extra, "numpy"):
+        return err
+    return ModuleNotFoundError(
+        f"resumable.integrations.{integration} needs {err.name}, which is not installed: "
+        f"pip install 'resumable[{extra}]' (it pins the version the integration was "
+        "tested with)", name=err.name)
+
+
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")

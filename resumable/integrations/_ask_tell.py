@@ -185,6 +185,13 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
     """
     check_options("ask_tell", options)
     adapter = _ADAPTERS.get(_module(optimizer), _GENERIC)
+    missing = [m for m in ("ask", "tell") if not callable(getattr(optimizer, m, None))]
+    if missing:
+        raise ConfigurationError(
+            f"ask_tell: {type(optimizer).__name__} has no {'() or '.join(missing)}() "
+            "method: give an ask/tell optimizer (a pycma CMAEvolutionStrategy, a nevergrad "
+            "optimizer, a pymoo algorithm after algorithm.setup(problem, ...), or any "
+            "object with ask() and tell(x, value))")
     if budget is None and adapter.name not in ("cma", "pymoo"):
         raise ConfigurationError(
             f"ask_tell: budget=None needs an optimizer that stops by itself (pycma, pymoo); "

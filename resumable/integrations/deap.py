@@ -26,7 +26,12 @@ import random
 from collections.abc import Generator
 from typing import Any
 
-from deap import algorithms, tools
+from . import missing_library
+
+try:
+    from deap import algorithms, tools
+except ModuleNotFoundError as err:
+    raise missing_library(err, "deap", "deap") from None
 
 from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
 

@@ -29,7 +29,12 @@ import types
 from collections.abc import Generator
 from typing import Any
 
-import numpy
+from . import missing_library
+
+try:
+    import numpy
+except ModuleNotFoundError as err:
+    raise missing_library(err, "pygad", "pygad") from None
 
 from ._common import Pristine, _ignored, check_options, progress_option, run_checkpointed
 
