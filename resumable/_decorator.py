@@ -24,7 +24,7 @@ from ._audit import AuditReport, audit
 from ._errors import ConfigurationError, FencedError, ResumableError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
-from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot
+from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot, parse_ckpt_name
 from ._runid import _mod as _runid_mod
 from ._runid import _resolve as _runid_resolve
 from ._runid import validate_run_id
@@ -873,8 +873,11 @@ class _Execution:
         state, step, resumed = self._start()
         if resumed is not None:
             age = (datetime.now(UTC) - resumed.created).total_seconds()
-            log.info("resuming run %s from %s: step %d (saved %.0f s ago); %d generation(s) "
-                     "not run again", run.where(), resumed.key.rsplit("/", 1)[1], step, age, step)
+            name = resumed.key.rsplit("/", 1)[1]
+            by = parse_ckpt_name(name)
+            log.info("resuming run %s (attempt %d) from %s: step %d (saved %.0f s ago%s); %d "
+                     "generation(s) not run again", run.where(), run.epoch, name, step, age,
+                     f" by attempt {by[0]}" if by else "", step)
         else:
             log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
             _identity.warn_if_older_version_derived_another(run, self.ident)

@@ -436,7 +436,8 @@ class Run:
         raise cls(
             f"no checkpoint of run {self.run_id!r} in {self.store.url} {what} ({summary}); "
             f"refusing to start from scratch. Inspect with `resumable verify {self.store.url} "
-            f"{self.run_id}`, and delete the run with `resumable rm` to start over"
+            f"{self.run_id}`, and delete the run with `resumable rm {self.store.url} "
+            f"{self.run_id}` to start over"
         )
 
     def _load_listed(self, with_state: bool) -> tuple[

@@ -51,7 +51,7 @@ class Setting(Generic[T]):
             raise
         except ValueError as err:
             detail = f" ({err.args[0]})" if isinstance(err, _Why) else ""
-            value = "(value not shown)" if self.secret else f"={raw!r}"
+            value = " (value not shown)" if self.secret else f"={raw!r}"
             raise ConfigurationError(
                 f"${self.name}{value} must be {self.expected}{detail}; "
                 f"unset it for the default ({self.shown})"

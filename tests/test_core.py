@@ -474,6 +474,22 @@ def test_lock_in_state_does_not_suggest_cloudpickle(memory_url: str) -> None:
         f()
 
 
+def test_each_part_named_gets_its_own_error_not_another_s(memory_url: str) -> None:
+    """A lambda and a lock in one state: the message named the lock with the lambda's
+    error ("Can't pickle local object ...<lambda>")."""
+    import threading
+
+    @checkpointed(store=memory_url)
+    def f(*, state: Any = None) -> Any:
+        yield {"fitness": lambda x: x, "lock": threading.Lock()}
+
+    with pytest.raises(SerializationError) as info:
+        f()
+    message = str(info.value)
+    assert "['lock']" in message and "_thread.lock" in message
+    assert "lambda" not in message
+
+
 class JsonSerializer:
     name = "json"
 

@@ -335,18 +335,27 @@ def _explain(serializer: Serializer, obj: Any, what: str, root: str, err: Except
             return True
         return False
 
+    def own_error(part: Any) -> Exception:
+        """What serializing ``part`` alone raises: ``err`` may be another part's."""
+        try:
+            serializer.dumps(part)
+        except Exception as part_err:
+            return part_err
+        return err
+
     handle = _find_handle(obj, root, fails)
     if handle is not None:
         kind = type(handle[1])
         return (
             f"cannot serialize {what} with serializer {serializer.name!r}: {handle[0]} is a "
-            f"{kind.__module__}.{kind.__qualname__}, a live handle ({err}); {_GATHER_HINT}"
+            f"{kind.__module__}.{kind.__qualname__}, a live handle ({own_error(handle[1])}); "
+            f"{_GATHER_HINT}"
         )
     path, offender = _find_offender(serializer, obj, root)
     kind = type(offender)
     message = (
         f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "
-        f"{kind.__module__}.{kind.__qualname__} ({err})"
+        f"{kind.__module__}.{kind.__qualname__} ({own_error(offender)})"
     )
     if serializer.name == "pickle":
         try:
