@@ -181,7 +181,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also run the same GA uninterrupted in memory and compare")
     p.add_argument("--json-summary", action="store_true",
                    help="print the summary as one JSON line as well (for scripts and tests)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no log lines from resumable")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="log warnings and errors only: resumable's INFO lines (start, "
+                        "resume, finish) go, its warnings (the SIGTERM line) stay")
     return p.parse_args(argv)
 
 

@@ -74,7 +74,8 @@ class Cluster:
     evaluate: Callable[..., np.ndarray] = evaluate
     crash_at: int | None = None
     crash_mode: str = "kill"
-    entered_at: int | None = None
+    entered_at: int | None = None  # generation the body started from in this process
+    fresh: bool = False  # the body started with no checkpoint (state None)
 
 
 CLUSTER = Cluster()
@@ -105,6 +106,7 @@ def evolve(
         best = int(np.argmin(fitness))
         state = {"generation": 0, "population": pop, "fitness": fitness, "rng": rng,
                  "best_solution": pop[best].copy(), "best_fitness": float(fitness[best])}
+        CLUSTER.fresh = True
     CLUSTER.entered_at = state["generation"]
     while state["generation"] < generations:
         pop = next_population(state["population"], state["fitness"], state["rng"])
@@ -165,7 +167,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="kill: SIGKILL (default); term: SIGTERM, saved, exit 143")
     p.add_argument("--fresh", action="store_true", help="delete this run first")
     p.add_argument("--json-summary", action="store_true", help="print the result as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="no log lines from resumable")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="log warnings and errors only: resumable's INFO lines (start, "
+                        "resume, finish) go, its warnings (the SIGTERM line) stay")
     return p.parse_args(argv)
 
 
@@ -186,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         where = CLUSTER.client.scheduler.address
         print(f"run {ga.run_id(**params)} in {store}; fitness on {where}", flush=True)
         result = ga(**params)
-    print(f"resumed from generation {CLUSTER.entered_at}; best fitness {result['best_fitness']!r}")
+    how = ("already complete: its stored result" if CLUSTER.entered_at is None
+           else "started fresh" if CLUSTER.fresh
+           else f"resumed from generation {CLUSTER.entered_at}")
+    print(f"{how}; best fitness {result['best_fitness']!r}")
     if args.json_summary:
         print(json.dumps({**result, "best_fitness": float(result["best_fitness"]).hex(),
                           "resumed_from": CLUSTER.entered_at}))

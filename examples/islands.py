@@ -53,7 +53,8 @@ class Setup:
     progress: bool = False  # print "GEN <island> <generation>" after each yield
     lockstep: bool = False  # tests: ... and then wait for a line on stdin
     gen_time: float = 0.0  # seconds of sleep per generation, standing in for real work
-    entered_at: int | None = None
+    entered_at: int | None = None  # generation the body started from in this process
+    fresh: bool = False  # the body started with no checkpoint (state None)
 
 
 SETUP = Setup()
@@ -70,6 +71,7 @@ def island(
         rng = np.random.default_rng([seed, index])
         pop = rng.uniform(-BOUND, BOUND, size=(population, dims))
         state = {"generation": 0, "population": pop, "fitness": rastrigin(pop), "rng": rng}
+        SETUP.fresh = True
     SETUP.entered_at = state["generation"]
     while state["generation"] < generations:
         generation = state["generation"] + 1
@@ -118,7 +120,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="sleep this long per generation, standing in for real work")
     p.add_argument("--progress", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("-q", "--quiet", action="store_true", help="no log lines from resumable")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="log warnings and errors only: resumable's INFO lines (start, "
+                        "resume, finish) go, its warnings (the SIGTERM line) stay")
     return p.parse_args(argv)
 
 
@@ -129,7 +133,9 @@ def run_island(args: argparse.Namespace, store: str) -> dict[str, Any]:
     run = checkpointed(store=store, run_id=f"{args.experiment}.island-{args.island}")(island)
     result: dict[str, Any] = run(args.island, args.generations, args.population, args.dims,
                                  args.seed, args.migrants)
-    return {**result, "resumed_from": SETUP.entered_at}
+    start = ("complete" if SETUP.entered_at is None  # its stored result, no generation run
+             else "fresh" if SETUP.fresh else "resumed")
+    return {**result, "resumed_from": SETUP.entered_at, "start": start}
 
 
 def run_all(args: argparse.Namespace, store: str) -> int:
@@ -150,8 +156,11 @@ def run_all(args: argparse.Namespace, store: str) -> int:
             return proc.returncode or 1
         results.append(json.loads(out.strip().splitlines()[-1].split(" ", 1)[1]))
     for r in results:
+        how = {"fresh": "started fresh",
+               "resumed": f"resumed from generation {r['resumed_from']}",
+               "complete": "already complete: its stored result"}[r["start"]]
         print(f"island {r['island']}: best fitness {float.fromhex(r['best_fitness']):.6g} "
-              f"(resumed from generation {r['resumed_from']})")
+              f"({how})")
     print("RESULTS " + json.dumps(results))
     return 0
 
