@@ -297,6 +297,29 @@ def _signing_key(env_name: str) -> bytes | None:
     return _parse_signing_key(value) if value else None
 
 
+def _key_env(args: argparse.Namespace) -> str:
+    """The variable that holds the HMAC key: --signing-key-env's, else the default."""
+    return args.signing_key_env or KEY_ENV
+
+
+def _command_key(args: argparse.Namespace) -> bytes | None:
+    """The key of `show`/`verify`. A variable named with --signing-key-env must hold one:
+    the user asked for signatures to be checked with it, and passing on checksums alone
+    would hide a typo in the name or a secret that was not mounted. Without the option
+    an unset $RESUMABLE_SIGNING_KEY means checksums only, with a note."""
+    name = args.signing_key_env
+    if name is not None and not os.environ.get(name):
+        state = "is empty" if name in os.environ else "is not set"
+        raise CliError(
+            f"--signing-key-env {name}: ${name} {state}, so no signature could be checked; "
+            f"export {name}=<the HMAC key the run was signed with>, or leave out "
+            f"--signing-key-env to check checksums only (or with ${KEY_ENV})", EXIT_CONFIG)
+    try:
+        return _signing_key(_key_env(args))
+    except ResumableError as err:  # (the library's message cannot know the variable)
+        raise CliError(f"${_key_env(args)}: {err}", EXIT_CONFIG) from err
+
+
 def _age(created: str | None) -> str:
     if created is None:
         return "-"
@@ -491,9 +514,10 @@ def _print_history(history: list[dict[str, Any]]) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    named = _command_key(args)  # (checked with or without --verify: it was asked for)
+    key = named if args.verify else None
     store = open_store(args.store)
     names = _require_run(store, args.run_id, args)
-    key = _signing_key(args.signing_key_env) if args.verify else None
     records: dict[str, Any] = {}
     whole: dict[str, Any] = {}  # attempt records and a small result, read whole
     infos = [_inspect(store, args.run_id, n, key, full=args.verify,
@@ -604,9 +628,9 @@ def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) ->
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    key = _command_key(args)
     store = open_store(args.store)
     names = _require_run(store, args.run_id, args)
-    key = _signing_key(args.signing_key_env)
     infos = [_inspect(store, args.run_id, n, key) for n in names]
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
     for info in infos:
@@ -618,7 +642,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     unchecked = [i for i in infos if i.signed and not i.signature_checked and not i.problem]
     if unchecked:
         print(f"note: {len(unchecked)} object(s) are signed but no key is set; only checksums "
-              f"were checked (set ${args.signing_key_env})", file=sys.stderr)
+              f"were checked (set ${_key_env(args)})", file=sys.stderr)
     failed = _verdict(args, store, infos)
     if failed:
         return failed
@@ -777,8 +801,9 @@ def _store_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _key_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--signing-key-env", default=KEY_ENV, metavar="NAME",
-                   help="environment variable holding the HMAC key (default: %(default)s)")
+    p.add_argument("--signing-key-env", metavar="NAME",
+                   help=f"environment variable holding the HMAC key (default: {KEY_ENV}; "
+                        "one named here must be set)")
 
 
 def _looks_like_store(text: str) -> bool:
