@@ -237,12 +237,23 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
             f"{run_id!r} in {store.url} is not a run: its {len(names)} object(s) "
             f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) are not written "
             f"by resumable; nothing was done ({listing})", EXIT_NOT_FOUND)
-    if store.list(f"{run_id}/"):
+    inner = store.list(f"{run_id}/")
+    if inner:
+        runs, folders = _group_runs([k[len(run_id) + 1:] for k in inner])
         below = _below(store.url, run_id)
+        if runs:
+            raise CliError(
+                f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
+                f"done: list them with `{PROG} ls {below}`, then name one "
+                f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
+        if folders:
+            raise CliError(
+                f"{run_id!r} in {store.url} is not a run: it holds folders of runs; nothing "
+                f"was done: e.g. `{PROG} ls {_below(below, folders[0])}`", EXIT_NOT_FOUND)
         raise CliError(
-            f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
-            f"done: list them with `{PROG} ls {below}`, then name one "
-            f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
+            f"{run_id!r} in {store.url} is not a run: a folder with no run in it "
+            f"(no object resumable writes, {len(inner)} file(s) in its subfolders); nothing "
+            f"was done ({listing})", EXIT_NOT_FOUND)
     _require_store(store, args, f"no run {run_id!r}: ")
     if _memory_note(store.url):
         listing = _MEMORY_NOTE  # (`ls memory://x` would be just as empty)
@@ -356,21 +367,42 @@ def _below(url: str, prefix: str) -> str:
 
 
 def _group_runs(keys: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Runs (a first path component holding run objects directly) and, separately, the
-    first components that only hold deeper keys: folders of runs, one level down."""
+    """Runs (a first path component holding run objects directly) and, when there are
+    none, the folders below that hold runs (see ``_run_folders``; `ls` of a store with
+    runs does not look for them)."""
     runs: dict[str, list[str]] = {}
-    deeper: set[str] = set()
     for key in keys:
         run_id, sep, name = key.partition("/")
-        if not sep or not name:
-            continue  # loose objects at the top belong to no run
-        if "/" in name:
-            deeper.add(run_id)
-        else:
+        if sep and name and "/" not in name:  # (loose objects at the top belong to no run)
             runs.setdefault(run_id, []).append(name)
     # A folder without any object this library writes (notes/readme.txt) is no run.
     runs = {r: names for r, names in runs.items() if any(_kind_of(n) for n in names)}
-    return runs, sorted(deeper - set(runs))
+    return runs, [] if runs else _run_folders(keys)
+
+
+SUGGEST_DEPTH = 3  # how many folders down `ls` looks for runs to suggest
+_RUN_MARKS = ("ckpt", "epoch", "result")  # what only a run's folder holds
+
+
+def _run_folders(keys: Sequence[str]) -> list[str]:
+    """The folders up to SUGGEST_DEPTH levels below the store that hold runs: a
+    ``<folder>/<run>/<name>`` key whose name is a checkpoint, attempt record or result.
+    Any folder with subfolders was offered before, so `ls` of a folder holding a
+    virtualenv said "did you mean .../venv?", and so on down site-packages (user pass).
+    Shallowest first; one inside another found is left out. Each key is split at most
+    SUGGEST_DEPTH + 2 times: a deep tree costs no more per key than a shallow one."""
+    found: set[str] = set()
+    for key in keys:
+        parts = key.split("/", SUGGEST_DEPTH + 2)
+        if not 3 <= len(parts) <= SUGGEST_DEPTH + 2 or "" in parts:
+            continue  # a run object at the top, one too deep, or an empty component
+        if _kind_of(parts[-1]) in _RUN_MARKS:
+            found.add("/".join(parts[:-2]))
+    kept: list[str] = []
+    for folder in sorted(found, key=lambda f: (f.count("/"), f)):
+        if not any(folder.startswith(k + "/") for k in kept):
+            kept.append(folder)
+    return kept
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -841,7 +873,8 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
         listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
                         f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
-    hint = (f"; runs are one level down, e.g. `{PROG} ls {_below(store_text, folders[0])}`"
+    hint = (f"; runs are in a folder below it, e.g. "
+            f"`{PROG} ls {_below(store_text, folders[0])}`"
             if folders else _memory_note(store_text)
             or f"; list its runs with `{PROG} ls {store_text}`")
     return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "

@@ -76,3 +76,72 @@ def test_signing_key_env_naming_a_set_variable_checks_signatures(
     monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "x" * 32)  # (the named one wins)
     assert main(["show", "--verify", str(signed), "signed", "--signing-key-env",
                  "OLD_KEY"]) == 0
+
+
+# -- 2. `ls` above the runs suggests only folders that hold runs -------------------------
+
+
+def _venv_like(root: Path) -> None:
+    """Nested folders with files and no run: a virtualenv, a source tree."""
+    deep = root / "venv" / "lib" / "python3.11" / "site-packages" / "pkg"
+    deep.mkdir(parents=True)
+    (deep / "__init__.py").write_text("")
+    (root / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+
+
+def test_ls_of_a_folder_without_runs_suggests_no_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ls /some/folder` with a venv in it said "did you mean file:///some/folder/venv?"
+    (exit 78), and following it led down venv/lib/python3.11/site-packages/..."""
+    _venv_like(tmp_path)
+    code = main(["ls", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "did you mean" not in err and "venv" not in err, err
+    assert "no runs" in err, err
+    code = main(["ls", str(tmp_path / "venv")])
+    err = capsys.readouterr().err
+    assert code == 0 and "did you mean" not in err, err
+
+
+def test_ls_suggests_the_folder_of_runs_and_not_its_neighbours(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _venv_like(tmp_path)
+    _run(tmp_path / "exp", "run-a")
+    _run(tmp_path / "deeper" / "2024" / "june", "run-b")  # (runs three levels down)
+    code = main(["ls", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == EXIT_CONFIG, err
+    assert f"{tmp_path.as_uri()}/exp" in err, err
+    assert f"{tmp_path.as_uri()}/deeper/2024/june" in err, err
+    assert "venv" not in err, err
+    code = main(["ls", str(tmp_path / "exp")])
+    assert code == 0 and "run-a" in capsys.readouterr().out
+
+
+def test_runs_too_deep_are_not_searched_for(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The search for folders of runs goes a few levels down, not through a whole tree."""
+    _run(tmp_path / "a" / "b" / "c" / "d" / "e", "run-a")
+    code = main(["ls", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 0 and "did you mean" not in err, err
+
+
+def test_show_of_a_folder_without_runs_does_not_call_it_a_folder_of_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`show /some/folder venv` said "'venv' is not a run but a folder of runs", and
+    `show /some/folder` said "runs are one level down, e.g. ls .../venv"."""
+    _venv_like(tmp_path)
+    code = main(["show", str(tmp_path), "venv"])
+    err = capsys.readouterr().err
+    assert code == 66, err
+    assert "folder of runs" not in err and "not a run" in err, err
+    code = main(["show", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == EXIT_CONFIG and "RUN_ID is missing" in err, err
+    assert "one level down" not in err and "venv" not in err, err
+    _run(tmp_path / "exp", "run-a")
+    code = main(["show", str(tmp_path), "exp"])
+    err = capsys.readouterr().err
+    assert code == 66 and "folder of runs" in err and "/exp" in err, err
