@@ -30,6 +30,7 @@ from .stores._local import LocalStore
 PROG = "resumable"
 KEY_ENV = _settings.SIGNING_KEY.name
 EXIT_FAILURE = 1
+EXIT_USAGE = 2  # argparse's own status for a command line it cannot take
 EXIT_NOT_FOUND = 66  # EX_NOINPUT: the run is not in the store
 LS_WORKERS = 16  # header reads in flight for `ls --check` (each a small ranged GET)
 # What `ls` and `show` read of an object: enough for the header of any object with up
@@ -44,6 +45,15 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class UsageError(CliError):
+    """A command line that cannot be meant as given (options that do not go together, a
+    value no option takes): exit 2 with argparse's one-line form, as the errors argparse
+    finds itself, instead of the plain failure (1) they had."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
 
 
 # -- reading objects ----------------------------------------------------------------
@@ -696,7 +706,7 @@ def _parse_age(text: str) -> float:
     except ValueError:
         value = -1.0
     if not value >= 0 or value == float("inf"):
-        raise CliError(f"--older-than {text!r} is not a duration; use e.g. 7d, 12h, 30m or 90s")
+        raise UsageError(f"--older-than {text!r} is not a duration; use e.g. 7d, 12h, 30m or 90s")
     return value
 
 
@@ -705,7 +715,7 @@ def _rm_completed(args: argparse.Namespace) -> int:
     url = args.store
     if args.run_id is not None:  # `rm --completed STORE`: the one positional is the store
         if url != default_store_url():
-            raise CliError("rm --completed deletes every completed run of a store; give only "
+            raise UsageError("rm --completed deletes every completed run of a store; give only "
                            "the STORE, not a RUN_ID (`resumable rm STORE RUN_ID` deletes one)")
         url = args.run_id
     min_age = _parse_age(args.older_than) if args.older_than is not None else None
@@ -763,7 +773,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     if args.completed:
         return _rm_completed(args)
     if args.older_than is not None:
-        raise CliError("--older-than goes with --completed (`resumable rm --completed "
+        raise UsageError("--older-than goes with --completed (`resumable rm --completed "
                        "--older-than 7d STORE`)")
     if args.run_id is None:
         missing = _missing_run_id("rm", args.store)
@@ -823,7 +833,12 @@ class _Parser(argparse.ArgumentParser):
         if dashed:  # a run id like '-x' reads as an option
             message += (f"; if {dashed[0]!r} is a RUN_ID, give it after `--`, options "
                         f"first: `{PROG} COMMAND [OPTIONS] STORE -- {dashed[0]}`")
-        self.exit(2, f"{PROG}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"{PROG}: error: {_see_help(message, self.prog)}\n")
+
+
+def _see_help(message: str, prog: str) -> str:
+    """A usage error's line, as argparse's are given (see _Parser.error)."""
+    return f"{message} (see `{prog} --help`)"
 
 
 def _store_arg(p: argparse.ArgumentParser) -> None:
@@ -968,6 +983,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _settings.check_all()  # a bad $RESUMABLE_RETRY_DEADLINE: 78 now, not at a retry
         code: int = args.func(args)
         return code
+    except UsageError as err:
+        message, exit_code = _see_help(str(err), f"{PROG} {args.command}"), err.exit_code
     except (CliError, ResumableError) as err:
         message, exit_code = str(err), err.exit_code
         swapped = _swapped(args, store_given)

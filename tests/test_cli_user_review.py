@@ -145,3 +145,48 @@ def test_show_of_a_folder_without_runs_does_not_call_it_a_folder_of_runs(
     code = main(["show", str(tmp_path), "exp"])
     err = capsys.readouterr().err
     assert code == 66 and "folder of runs" in err and "/exp" in err, err
+
+
+# -- 4. usage errors exit 2, in argparse's one-line form ---------------------------------
+
+
+@pytest.fixture
+def completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("RESUMABLE_STORE", raising=False)
+    _run(tmp_path / "store", "done")
+    return tmp_path / "store"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["rm", "--completed", "--older-than", "7x", "{store}", "--yes"], "not a duration"),
+    (["rm", "--completed", "--older-than", "soon", "{store}", "--yes"], "not a duration"),
+    (["rm", "--older-than", "7d", "{store}", "done", "--yes"], "goes with --completed"),
+    (["rm", "--older-than", "7d", "done", "--yes"], "goes with --completed"),
+    (["rm", "--completed", "{store}", "done", "--yes"], "give only the STORE"),
+], ids=["bad-unit", "no-number", "older-than-without-completed",
+        "older-than-without-completed-default-store", "completed-with-run-id"])
+def test_usage_errors_exit_2_in_argparse_form(
+        argv: list[str], needle: str, completed: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`rm --completed --older-than 7x` and `rm --older-than 7d STORE x` exited 1, where
+    argparse's own usage errors exit 2; and nothing is deleted."""
+    code = main([a.replace("{store}", str(completed)) for a in argv])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("resumable: error: ") and needle in err, err
+    assert lines[0].endswith("(see `resumable rm --help`)"), err
+    assert (completed / "done" / "result").exists()
+
+
+@pytest.mark.parametrize("argv", [["ls", "--bogus"], ["show"], ["verify", "a", "b", "c"],
+                                  ["rm", "--older-than"], ["nope"]])
+def test_argparse_usage_errors_exit_2_in_one_line(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """(The errors argparse itself finds: the same status and form as the ones above.)"""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == EXIT_USAGE, err
+    assert len(err.strip().splitlines()) == 1 and "--help`)" in err, err
