@@ -697,7 +697,8 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def _parse_age(text: str) -> float:
-    """'7d', '12h', '30m', '90s', '2w' (or plain seconds) -> seconds."""
+    """'7d', '12h', '30m', '90s', '2w' -> seconds. The unit is required: a bare `7`
+    deleted runs completed 7 seconds ago where 7 days was likely meant (user pass)."""
     t = text.strip().lower()
     unit = _DURATION_UNITS.get(t[-1:])
     number = t[:-1] if unit is not None else t
@@ -705,6 +706,9 @@ def _parse_age(text: str) -> float:
         value = float(number) * (unit or 1)
     except ValueError:
         value = -1.0
+    if unit is None and 0 <= value < float("inf"):
+        raise UsageError(f"--older-than {text!r} has no unit: give one, e.g. {t}d for days "
+                         f"({t}w weeks, {t}h hours, {t}m minutes, {t}s seconds)")
     if not value >= 0 or value == float("inf"):
         raise UsageError(f"--older-than {text!r} is not a duration; use e.g. 7d, 12h, 30m or 90s")
     return value
@@ -961,7 +965,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "instead of one RUN_ID: `rm --completed [STORE]`")
             p.add_argument("--older-than", metavar="AGE",
                            help="with --completed: only runs completed at least AGE ago "
-                                "(e.g. 7d, 12h, 30m)")
+                                "(e.g. 7d, 12h, 30m; the unit, s, m, h, d or w, is "
+                                "required)")
     return parser
 
 

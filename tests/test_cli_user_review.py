@@ -190,3 +190,34 @@ def test_argparse_usage_errors_exit_2_in_one_line(
     err = capsys.readouterr().err
     assert exited.value.code == EXIT_USAGE, err
     assert len(err.strip().splitlines()) == 1 and "--help`)" in err, err
+
+
+# -- 3. --older-than without a unit is refused -------------------------------------------
+
+
+@pytest.mark.parametrize("age", ["7", "0", "1.5", " 30 "])
+def test_older_than_without_a_unit_is_a_usage_error(
+        age: str, completed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rm --completed --older-than 7` meant 7 seconds (--help shows only 7d, 12h, 30m):
+    on a command that deletes, a bare number is refused and the unit asked for."""
+    code = main(["rm", "--completed", "--older-than", age, str(completed), "--yes"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert len(err.strip().splitlines()) == 1, err
+    number = age.strip()
+    assert "unit" in err and f"{number}d" in err and f"{number}s" in err, err
+    assert (completed / "done" / "result").exists()
+
+
+@pytest.mark.parametrize("age", ["0s", "0m", "0.0h", "0D", "0w"])
+def test_older_than_with_a_unit_still_works(
+        age: str, completed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rm", "--completed", "--older-than", age, str(completed), "--yes"]) == 0
+    assert not (completed / "done").exists()
+
+
+def test_older_than_help_names_the_units(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["rm", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "s, m, h, d or w" in out and "required" in out, out
