@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import http.client
 import logging
+import os
 import random
 import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import tenacity
 
@@ -75,7 +76,7 @@ _HINTS = {
     "s3:ListBucket and s3:DeleteObject on it",
     "AllAccessDisabled": "all access to bucket {bucket!r} is disabled; use another bucket",
     "InvalidAccessKeyId": "the access key is unknown to this endpoint: check "
-    "AWS_ACCESS_KEY_ID / AWS_PROFILE and AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID / AWS_PROFILE and {endpoint_setting}",
     "SignatureDoesNotMatch": "the secret key does not match the access key: check "
     "AWS_SECRET_ACCESS_KEY (and the region, AWS_DEFAULT_REGION)",
     "ExpiredToken": "the session token has expired: refresh the credentials (AWS_SESSION_TOKEN, "
@@ -84,7 +85,7 @@ _HINTS = {
     "AuthorizationHeaderMalformed": "the region does not match bucket {bucket!r}: set "
     "AWS_DEFAULT_REGION to the bucket's region",
     "PermanentRedirect": "bucket {bucket!r} lives in another region or needs another endpoint: "
-    "set AWS_DEFAULT_REGION / AWS_ENDPOINT_URL",
+    "set AWS_DEFAULT_REGION / {endpoint_setting}",
     "InvalidBucketName": "{bucket!r} is not a valid bucket name; fix the store URL",
     "EntityTooLarge": "the object is larger than the server accepts in one request",
     "KMS.NotFoundException": "the SSE-KMS key does not exist: fix sse_kms_key_id",
@@ -194,6 +195,28 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # botocore's order
+
+
+def endpoint_setting(url: str) -> str:
+    """Where the S3 endpoint in use is set, for a message that says what to check: the
+    store URL's ``endpoint_url=``, else the first of AWS_ENDPOINT_URL_S3 and
+    AWS_ENDPOINT_URL that is set and not empty, as botocore picks them. Messages said
+    "check AWS_ENDPOINT_URL" when AWS_ENDPOINT_URL_S3 was the one set (user pass)."""
+    if any(name == "endpoint_url" for name, _ in parse_qsl(urlsplit(url).query)):
+        return "endpoint_url= in the store URL"
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() != "true":
+        for name in ENDPOINT_VARIABLES:
+            if os.environ.get(name):
+                return name
+    return " or ".join(ENDPOINT_VARIABLES) + " (neither is set)"
+
+
+def _where(op: str, url: str, key: str | None) -> str:
+    """``get s3://b/p key 'run/result'``; no key part for an operation without one."""
+    return f"{op} {url}" + (f" key {key!r}" if key is not None else "")
+
+
 def _bucket(url: str) -> str | None:
     parts = urlsplit(url)
     return parts.netloc or None if parts.scheme == "s3" else None
@@ -201,7 +224,7 @@ def _bucket(url: str) -> str | None:
 
 def describe_permanent(op: str, url: str, key: str | None, exc: BaseException) -> StoreError:
     """A one-line StoreError naming the URL, key, error code and a fix."""
-    where = f"{op} {url}" + (f" key {key!r}" if key is not None else "")
+    where = _where(op, url, key)
     bucket = _bucket(url) or url
     code, status = error_code(exc)
     if code is not None or status is not None:
@@ -210,7 +233,7 @@ def describe_permanent(op: str, url: str, key: str | None, exc: BaseException) -
             code = "NotFound"  # HEAD responses carry no error body
         message = _one_line(getattr(exc, "response", {}).get("Error", {}).get("Message", ""))
         detail = f"S3 {code} (HTTP {status})" + (f": {message}" if message else "")
-        hint = template.format(bucket=bucket)
+        hint = template.format(bucket=bucket, endpoint_setting=endpoint_setting(url))
         return StoreError(f"{where} failed: {detail}; {hint}", url=url, key=key)
     name = type(exc).__name__
     tls = _tls_problem(exc)
@@ -222,7 +245,7 @@ def describe_permanent(op: str, url: str, key: str | None, exc: BaseException) -
         else:
             plain = endpoint.replace("https://", "http://", 1)
             fix = (f"{endpoint} does not speak TLS (SSL {tls}): if the server is plain HTTP, "
-                   f"use {plain} in AWS_ENDPOINT_URL or endpoint_url=")
+                   f"use {plain} in {endpoint_setting(url)}")
         return StoreConfigurationError(f"{where} failed: {fix}", url=url, key=key)
     if name == "ParamValidationError":
         return StoreConfigurationError(
@@ -237,7 +260,7 @@ def describe_permanent(op: str, url: str, key: str | None, exc: BaseException) -
     elif name == "NoRegionError":
         hint = "no AWS region configured: set AWS_DEFAULT_REGION"
     else:
-        hint = "check the store URL, endpoint (AWS_ENDPOINT_URL) and credentials"
+        hint = f"check the store URL, endpoint ({endpoint_setting(url)}) and credentials"
     return StoreError(f"{where} failed: {name}: {_one_line(exc)}; {hint}", url=url, key=key)
 
 
@@ -289,10 +312,8 @@ def retrying(
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         log.warning(
-            "retrying %s %s key %r (attempt %d failed after %.1fs, next in %.2fs): %s: %s",
-            op,
-            url,
-            key,
+            "retrying %s (attempt %d failed after %.1fs, next in %.2fs): %s: %s",
+            _where(op, url, key),
             state.attempt_number,
             state.seconds_since_start or 0.0,
             state.upcoming_sleep,
@@ -323,13 +344,13 @@ def retrying(
         raise
     except Exception as exc:
         if transient(exc):
-            where = f"{op} {url}" + (f" key {key!r}" if key is not None else "")
+            where = _where(op, url, key)
             code, status = error_code(exc)
             what = f"S3 {code} (HTTP {status})" if code else type(exc).__name__
             raise StoreError(
                 f"{where} failed after {attempts} attempts in "
                 f"{time.monotonic() - started:.1f}s: {what}: {_one_line(exc)}; the endpoint "
-                f"is unreachable or overloaded: check AWS_ENDPOINT_URL and the network, or "
+                f"is unreachable or overloaded: check {endpoint_setting(url)} and the network, or "
                 f"raise {DEADLINE_ENV} (now {limit:g}s)",
                 url=url,
                 key=key,

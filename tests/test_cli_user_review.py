@@ -221,3 +221,76 @@ def test_older_than_help_names_the_units(capsys: pytest.CaptureFixture[str]) -> 
         main(["rm", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "s, m, h, d or w" in out and "required" in out, out
+
+
+# -- 5. S3 retry lines and the unreachable endpoint's variable ---------------------------
+
+UNREACHABLE = "http://127.0.0.1:9"
+_AWS_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN",
+            "AWS_REGION", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+
+
+@pytest.fixture
+def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Credentials and a region, no endpoint set, a short retry deadline."""
+    pytest.importorskip("boto3")
+    for name in _AWS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_CONFIG_FILE": "/nonexistent/resumable-tests",
+                        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/resumable-tests",
+                        "RESUMABLE_RETRY_DEADLINE": "0.3"}.items():
+        monkeypatch.setenv(name, value)
+    return monkeypatch
+
+
+def test_a_retry_line_without_a_key_names_none(
+        no_endpoint: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`ls s3://bkt/x` logged "retrying list s3://bkt/x key None (attempt 1 ...)"."""
+    no_endpoint.setenv("AWS_ENDPOINT_URL", UNREACHABLE)
+    with caplog.at_level("WARNING", logger="resumable"):
+        assert main(["ls", "s3://bkt/x"]) == 74
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retrying ")]
+    assert lines, caplog.text
+    assert all(line.startswith("retrying list s3://bkt/x (attempt ") for line in lines), lines
+    assert "key None" not in caplog.text + capsys.readouterr().err
+
+
+def test_a_retry_line_with_a_key_names_it(
+        no_endpoint: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from resumable import StoreError
+    from resumable.stores import open_store
+
+    no_endpoint.setenv("AWS_ENDPOINT_URL", UNREACHABLE)
+    with caplog.at_level("WARNING", logger="resumable"), pytest.raises(StoreError):
+        open_store("s3://bkt/x").get("run/result")
+    assert "retrying get s3://bkt/x key 'run/result' (attempt " in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("env, store, named, not_named", [
+    ({"AWS_ENDPOINT_URL_S3": UNREACHABLE}, "s3://bkt/x", "AWS_ENDPOINT_URL_S3",
+     "AWS_ENDPOINT_URL "),
+    ({"AWS_ENDPOINT_URL": UNREACHABLE}, "s3://bkt/x", "AWS_ENDPOINT_URL ",
+     "AWS_ENDPOINT_URL_S3"),
+    # botocore honours AWS_ENDPOINT_URL_S3 over AWS_ENDPOINT_URL, and skips an empty one
+    ({"AWS_ENDPOINT_URL_S3": UNREACHABLE, "AWS_ENDPOINT_URL": "http://127.0.0.1:7"},
+     "s3://bkt/x", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL "),
+    ({"AWS_ENDPOINT_URL_S3": "", "AWS_ENDPOINT_URL": UNREACHABLE}, "s3://bkt/x",
+     "AWS_ENDPOINT_URL ", "AWS_ENDPOINT_URL_S3"),
+    # the store URL's own endpoint_url= wins over both
+    ({"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:7"}, f"s3://bkt/x?endpoint_url={UNREACHABLE}",
+     "endpoint_url= in the store URL", "AWS_ENDPOINT_URL"),
+], ids=["s3-variable", "general-variable", "both", "empty-s3-variable", "url-option"])
+def test_the_unreachable_endpoint_error_names_the_setting_in_use(
+        env: dict[str, str], store: str, named: str, not_named: str,
+        no_endpoint: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """With AWS_ENDPOINT_URL_S3 set, the error said "check AWS_ENDPOINT_URL", which the
+    user had not set (and which would change nothing: botocore prefers the _S3 one)."""
+    for name, value in env.items():
+        no_endpoint.setenv(name, value)
+    assert main(["ls", store]) == 74
+    err = capsys.readouterr().err.splitlines()[-1] + " "
+    assert "unreachable" in err and UNREACHABLE in err, err
+    assert named in err and not_named not in err, err
