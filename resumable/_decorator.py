@@ -366,6 +366,9 @@ class _Execution:
         self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
+        # From the hand-over to the body's resumption: set with suspended, cleared only
+        # once resuming completed (a SIGTERM raised at the resumption clears suspended)
+        self.handed = False
         self.sigint_outer: bool | None = None  # set by _drive (see _signals.sigint_begin)
         self.sigint_thread = 0  # the thread that called sigint_begin
         self.own_consumer = False  # states() consumed by __call__ (no user code between)
@@ -829,8 +832,8 @@ class _Execution:
             return next(gen)  # (an f.iter run the main thread began, advanced elsewhere)
         held = _signals._sigint_held and _signals.take_sigint()
         if held:  # (logged while still shielded)
-            log.warning("run %s: Ctrl-C came while it saved step %d; raised in the body "
-                        "at its yield", self.run.where(), self.step)
+            log.warning("run %s: %s came while it saved step %d; raised in the body at its "
+                        "yield", self.run.where(), _signals.held_what(), self.step)
         try:
             try:
                 _signals.unshield()  # (the handler the body had lent back: Python's or its own)
@@ -951,7 +954,9 @@ class _Execution:
                     self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile
                     raise _signals.terminated()
                 progress.advance(step, yielded)
-                self.suspended = True
+                self.suspended = self.handed = True
+                if self.terminate:  # (a SIGTERM just before: flagged, as it found no consumer)
+                    raise _signals.terminated()  # not handed on after it (review 54)
                 # An f.iter consumer's code runs: as it was. Only the thread that began the
                 # shield moves it (a consumer may pass the iterator to another thread).
                 unshield = self.sigint_outer is not None and not self.own_consumer
@@ -975,13 +980,16 @@ class _Execution:
                         if second is not None:
                             raise second  # a second Ctrl-C: at once
                     self.suspended = False
+                self.handed = False  # (the finally above completed: the body goes on)
         except _signals.TERMINATION:
             self.stopping = True
             if self.interrupted:  # out of time: children still pickling are not waited for
                 self._end_children()
-            elif self.suspended and self.step > start_step:
-                # at an f.iter consumer's yield (the handler changing hands): the state it
-                # was handed, or had, is kept, as when it stops early (review 53)
+            if self.handed and self.step > start_step:
+                # at an f.iter consumer's yield (raised in the consumer's code, as the
+                # handler changed hands, or as the consumer resumed us): the state it was
+                # handed, or had, is kept, as when it stops early (reviews 53, 54); the
+                # body is paused at that yield, so also after an interruption
                 self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
@@ -991,7 +999,8 @@ class _Execution:
                 _signals.chain_once()
             raise
         except GeneratorExit:  # an f.iter consumer stopped early: keep what it holds
-            if not self.interrupted and self.step > start_step:
+            # (raised at the yield: the body is paused there, interrupted or not)
+            if self.step > start_step:
                 self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
             if self.terminate:

@@ -129,6 +129,14 @@ def _set(obj: Any, state: Any) -> None:
         obj.state = state
 
 
+def _put_back_random(before: Any) -> None:
+    """``random``'s state as it was before a restore that is refused (best effort)."""
+    try:
+        random.setstate(before)
+    except Exception as err:  # (its own getstate(): only a program's odd Random refuses)
+        log.warning("could not put random's state back after a refused restore: %s", err)
+
+
 def capture(targets: Sequence[tuple[str, Any]] = ()) -> RngState:
     state: RngState = {"random": _random_state()}
     np = _numpy.loaded()
@@ -145,24 +153,33 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     # ``random``'s: restoring it may make bit generators, whose __init__ (a program's
     # subclass) may draw from ``random`` (review 48: the resumed stream was one draw on).
     random_saved: Any = None
+    random_before: Any = None  # random's own state, put back if anything is refused
     if "random" in state:
         random_saved, tried = _random_saved(state["random"])
         if not tried:  # (no trial: set first, so that a refusal leaves numpy's as it was)
+            random_before = random.getstate()
             try:
                 random.setstate(random_saved)
             except Exception as err:
+                # (Random.setstate writes gauss_next before the C part refuses: review 54)
+                _put_back_random(random_before)
                 raise _random_refused(err) from err
     if "numpy" in state:
         import numpy as np
 
         saved = state["numpy"]
-        if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
-            try:
-                _, raw, pos, has_gauss, gauss = saved
-                saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
-            except Exception as err:  # (damaged: not the 5 items, not bytes, cut short)
-                raise _refused("MT19937", err) from err
-        _restore_numpy(np, saved)
+        try:
+            if isinstance(saved, tuple) and saved and saved[0] == "MT19937-raw":
+                try:
+                    _, raw, pos, has_gauss, gauss = saved
+                    saved = ("MT19937", np.frombuffer(raw, dtype="<u4"), pos, has_gauss, gauss)
+                except Exception as err:  # (damaged: not the 5 items, not bytes, cut short)
+                    raise _refused("MT19937", err) from err
+            _restore_numpy(np, saved)
+        except BaseException:
+            if random_before is not None:  # the RNGs are left as they were (review 54)
+                _put_back_random(random_before)
+            raise
     if random_saved is not None:
         random.setstate(random_saved)
     objects = state.get("objects") or {}

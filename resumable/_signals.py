@@ -655,11 +655,20 @@ def _taken_over(handler: Any) -> bool:
 
 
 def from_sigint(err: BaseException) -> bool:
-    """Whether an exception raised as the SIGINT handler changed hands is that handler's:
-    Python's raises KeyboardInterrupt, a body's own anything; the library's SIGTERM
-    handler (whose Terminated a swap may also run) is not (review 53)."""
-    return not isinstance(err, TERMINATION) and (
-        isinstance(err, KeyboardInterrupt) or _lent is not signal.default_int_handler)
+    """Whether an exception raised as the SIGINT handler changed hands is held for the
+    body, as a Ctrl-C is: anything but the library's SIGTERM handler's Terminated (a swap
+    runs every pending handler: review 53). A program's own handler of another signal (a
+    SIGALRM deadline's TimeoutError) is held too, and thrown in at the body's yield, not
+    raised in the library's code with the state just yielded unsaved (review 54)."""
+    return not isinstance(err, TERMINATION)
+
+
+def held_what() -> str:
+    """How the log names what is held: a Ctrl-C, or what a handler raised."""
+    err = _held_error
+    if err is None or isinstance(err, KeyboardInterrupt):
+        return "Ctrl-C"
+    return f"{type(err).__name__} (raised by a signal handler)"
 
 
 def unshield() -> None:

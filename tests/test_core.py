@@ -1348,6 +1348,31 @@ def test_a_damaged_random_state_on_a_random_that_cannot_be_copied_changes_nothin
     assert np.random.random(3).tolist() == expected
 
 
+def test_a_refused_restore_leaves_a_random_that_cannot_be_copied_as_it_was(
+        numpy_rng: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no trial, random's state is set before numpy's (8133d23); a numpy state then
+    refused left random at the saved state, and a damaged random state left a new
+    gauss_next (Random.setstate writes it before its C part refuses), while the error said
+    the RNGs were left as they were (review 54). random's own state is put back."""
+    from resumable import _rng
+
+    inst = _SeededRandom(1)
+    for attr in ("random", "getstate", "setstate", "gauss"):
+        monkeypatch.setattr(random, attr, getattr(inst, attr))
+    sound = _rng.capture()
+    random.random()
+    random.gauss(0, 1)  # (a gauss_next cached: it must stay as it is too)
+    before = inst.getstate()
+    assert before[2] is not None and before != sound["random"]
+    damaged_numpy = ("MT19937", np.zeros(3, dtype=np.uint32), 0, 0, 0.0)
+    for state in ({**sound, "numpy": damaged_numpy},
+                  {**sound, "random": (3, (1, 2, 3), 0.123)},
+                  {**sound, "random": (2, ("x",), 0.5)}):
+        with pytest.raises(ConfigurationError, match=r"left as they were|start over"):
+            _rng.restore(state)
+        assert inst.getstate() == before
+
+
 def test_a_subclass_that_cannot_be_made_is_refused_with_what_to_do(numpy_rng: None) -> None:
     """A checkpoint saved on a bit generator class whose __init__ needs arguments cannot
     be restored in a new process, where another kind is in place; the error said so, and

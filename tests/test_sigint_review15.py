@@ -816,3 +816,132 @@ def test_a_sigterm_as_a_consumer_is_handed_a_state_stops_it_and_keeps_that_state
     assert json.loads(out.read_text()) == [1, 2], proc.stderr[-3000:]
     assert "Ctrl-C" not in proc.stderr, proc.stderr[-3000:]
     assert _child(_TERM_AT_SWAP, str(tmp_path / "store"), "check") == {"i": 3}
+
+
+# A consumer's run stopped by a SIGTERM at the two other points of the hand-over: as the
+# consumer's next() resumes the run (the handler runs at the generator's resumption), and
+# just before the state is handed on (the SIGTERM only flags the run there: no consumer
+# is running yet). argv[3] picks the point.
+_TERM_AT_HANDOVER = """
+    import faulthandler, json, os, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed, _decorator, _progress, _signals
+
+    store, out_path, where = sys.argv[1], sys.argv[2], sys.argv[3]
+
+    @checkpointed(store=store, run_id="term", every=10**9)
+    def body(*, state=None):
+        i = 0
+        while True:
+            i += 1
+            yield {"i": i}
+
+    if out_path == "check":
+        print(json.dumps(body.latest().state))
+        sys.exit(0)
+    got = []
+    STEPS = _decorator._Execution._steps.__code__
+
+    def tracer(frame, event, arg):  # the run's generator resumes after step 3 was had
+        if event == "call" and frame.f_code is STEPS and frame.f_lasti > 0:
+            sys.settrace(None)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the resumption
+
+    advance = _progress.Progress.advance
+
+    def advancing(self, step, state=None):  # runs after the save, before the hand-over
+        if where == "before" and step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return advance(self, step, state)
+
+    _progress.Progress.advance = advancing
+    try:
+        for s in body.iter():
+            got.append(s["i"])
+            if where == "resume" and s["i"] == 3:
+                sys.settrace(tracer)
+    finally:
+        with open(out_path, "w") as f:
+            json.dump({"got": got, "after": _signals._term_at is not None and got[-1:]}, f)
+"""
+
+
+@pytest.mark.parametrize("where, had", [("resume", [1, 2, 3]), ("before", [1, 2])])
+def test_a_sigterm_at_either_side_of_a_hand_over_keeps_the_consumers_state(
+    where: str, had: list[int], tmp_path: Path
+) -> None:
+    """At the resumption, the Terminated came out of the yield after its finally had
+    cleared `suspended`, so the state the consumer had was not saved (the run was saved
+    at step 0); just before the hand-over, the SIGTERM only flagged the run and the
+    consumer was handed step 3 after it and went on (review 54). Now: exit 143, no state
+    handed after the SIGTERM, and step 3, made before it, saved."""
+    out = tmp_path / "got.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(_TERM_AT_HANDOVER),
+         str(tmp_path / "store"), str(out), where],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert json.loads(out.read_text())["got"] == had, proc.stderr[-3000:]
+    assert _child(_TERM_AT_HANDOVER, str(tmp_path / "store"), "check", where) == {"i": 3}
+
+
+# A program's own handler of another signal (a SIGALRM deadline raising TimeoutError)
+# that runs as the SIGINT handler changes hands after the body's K-th yield.
+_OTHER_SIGNAL = """
+    import faulthandler, json, os, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed, _signals
+
+    store, k = sys.argv[1], int(sys.argv[2])
+    real, swaps = _signals._set_handler, []
+
+    def swapping(signum, handler):
+        swaps.append(1)
+        if len(swaps) == k:  # the alarm goes off just as the handler changes hands
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+            os.kill(os.getpid(), signal.SIGALRM)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])
+        return real(signum, handler)
+
+    _signals._set_handler = swapping
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("generation took too long")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    out = {"yielded": []}
+
+    @checkpointed(store=store, run_id="alarm", every=1)
+    def body(*, state=None):
+        i = 0
+        while i < 6:
+            i += 1
+            out["yielded"].append(i)
+            try:
+                yield {"i": i}
+            except TimeoutError:
+                out["body got"] = i
+                return {"i": i}
+
+    try:
+        out["result"] = body()
+    except TimeoutError:
+        out["result"] = "TimeoutError out of the call"
+    out["saved"] = body.latest().state
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("k", [4, 5])
+def test_another_signals_error_at_the_swap_reaches_the_body_at_its_yield(
+    k: int, tmp_path: Path
+) -> None:
+    """Since 8133d23 only a KeyboardInterrupt (with Python's handler lent) was held at the
+    swap: a TimeoutError from a program's SIGALRM handler was raised out of the library's
+    code, the state just yielded unsaved, and the call failed as if the body had raised
+    (review 54). It is held and thrown in at the body's yield, as before 8133d23."""
+    out = _child(_OTHER_SIGNAL, str(tmp_path / "store"), str(k))
+    assert out["result"] == {"i": 2} and out["body got"] == 2, out
+    assert out["saved"] == {"i": 2}, out
