@@ -834,16 +834,25 @@ class _Execution:
         if held:  # (logged while still shielded)
             log.warning("run %s: %s came while it saved step %d; raised in the body at its "
                         "yield", self.run.where(), _signals.held_what(), self.step)
+        err: BaseException | None
         try:
             try:
                 _signals.unshield()  # (the handler the body had lent back: Python's or its own)
-                # (one that came as the handler changed hands is held too: delivered now)
-                held = held or (_signals._sigint_held and _signals.take_sigint())
-                err = _signals.deliver_held() if held else None  # (the body's handler's)
-            except BaseException as came:  # (the body's handler's, as the body was to run)
+            except BaseException as came:  # (a handler's, run by the swap as it began)
                 if not _signals.from_sigint(came):
                     raise
+                if held:  # (not delivered: it waits for the next yield, review 56)
+                    _signals.hold_again()
                 err = came
+            else:
+                try:
+                    # (one that came as the handler changed hands is held too: delivered now)
+                    held = held or (_signals._sigint_held and _signals.take_sigint())
+                    err = _signals.deliver_held() if held else None  # (the body's handler's)
+                except BaseException as came:  # (the body's handler's, as the body was to run)
+                    if not _signals.from_sigint(came):
+                        raise
+                    err = came
             return gen.throw(err) if err is not None else next(gen)
         finally:
             try:
@@ -1038,8 +1047,11 @@ def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:
     return call
 
 
+_NO_FUNCTION: Any = object()  # checkpointed() called as it should be: no positional
+
+
 def checkpointed(
-    _func: Any = None,
+    _func: Any = _NO_FUNCTION,
     /,
     *,
     every: Any = "generation",
@@ -1061,11 +1073,15 @@ def checkpointed(
     See the README for every option; the function gets ``state=None`` on a fresh start
     and the last saved state on resume, and the call returns the generator's return value.
     """
-    if _func is not None:
+    if _func is not _NO_FUNCTION:
+        if callable(_func):
+            raise TypeError(
+                f"@checkpointed needs parentheses: write @checkpointed() (or "
+                f"@checkpointed(every=...)) above "
+                f"{getattr(_func, '__qualname__', repr(_func))}; its options are keywords")
         raise TypeError(
-            f"@checkpointed needs parentheses: write @checkpointed() (or "
-            f"@checkpointed(every=...)) above {getattr(_func, '__qualname__', repr(_func))}; "
-            "its options are keywords")
+            f"checkpointed({_func!r}): its options are keywords, e.g. "
+            f"@checkpointed(every={_func!r}) or @checkpointed(store={_func!r})")
 
     def decorate(func: Callable[P, Generator[Any, None, R]]) -> CheckpointedFunction[P, R]:
         name = getattr(func, "__qualname__", repr(func))
@@ -1098,6 +1114,11 @@ def checkpointed(
         return CheckpointedFunction(func, opts)
 
     return decorate
+
+
+# The contract's signature: keyword options only (_func is there to explain a mistake).
+checkpointed.__signature__ = inspect.signature(checkpointed).replace(  # type: ignore[attr-defined]
+    parameters=list(inspect.signature(checkpointed).parameters.values())[1:])
 
 
 def _check_progress_name(func: Callable[..., Any], progress: Any, state_arg: str) -> None:

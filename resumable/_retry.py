@@ -205,11 +205,15 @@ def endpoint_setting(url: str) -> str:
     "check AWS_ENDPOINT_URL" when AWS_ENDPOINT_URL_S3 was the one set (user pass)."""
     if any(name == "endpoint_url" for name, _ in parse_qsl(urlsplit(url).query)):
         return "endpoint_url= in the store URL"
-    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() != "true":
-        for name in ENDPOINT_VARIABLES:
-            if os.environ.get(name):
-                return name
-    return " or ".join(ENDPOINT_VARIABLES) + " (neither is set)"
+    variables = " or ".join(ENDPOINT_VARIABLES)
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
+        return (f"endpoint_url= in the store URL ({variables} and the profile's endpoint_url "
+                "are ignored: AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true)")
+    for name in ENDPOINT_VARIABLES:
+        if os.environ.get(name):
+            return name
+    # (botocore also reads endpoint_url from the AWS profile: review 55)
+    return f"{variables} (neither is set), or endpoint_url in the AWS profile's config"
 
 
 def _where(op: str, url: str, key: str | None) -> str:

@@ -355,9 +355,12 @@ def _outermost(runs: list[Active]) -> list[Active]:
     finishes, and the body's next yield is saved."""
     told, running = [], set()
     for run in runs:  # (in the order they started)
+        if run.thread in running:
+            # entered after a body running in its thread: a call, or an f.iter whose
+            # consumer is that body (suspended; told, it cut the body's generation and
+            # the outer run lost the state its consumer had: review 56)
+            continue
         if not run.suspended:
-            if run.thread in running:
-                continue
             running.add(run.thread)
         told.append(run)
     return told
@@ -718,7 +721,8 @@ def shield(came: BaseException | None = None) -> BaseException | None:
                 except BaseException as err:
                     if not from_sigint(err):
                         raise  # (not a Ctrl-C: the SIGTERM handler's, as before)
-                    if came is not None or _get_handler(_SIGINT) is _on_sigint:
+                    if came is not None or (_get_handler(_SIGINT) is _on_sigint
+                                             and isinstance(err, KeyboardInterrupt)):
                         return err  # (two; or ours raised it, holding one already)
                     came = err  # (not swapped: signal.signal() ran the lent handler first)
     if came is None:
@@ -750,6 +754,12 @@ def deliver_held() -> BaseException | None:
 def sigint_held() -> bool:
     """A Ctrl-C is held (a long wait in the run's own code ends early for it)."""
     return _sigint_held
+
+
+def hold_again() -> None:
+    """A Ctrl-C taken (``take_sigint``) but not delivered: held again, for the next yield."""
+    global _sigint_held
+    _sigint_held = True
 
 
 def take_sigint() -> bool:

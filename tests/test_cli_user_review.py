@@ -180,6 +180,12 @@ def test_usage_errors_exit_2_in_argparse_form(
     assert (completed / "done" / "result").exists()
 
 
+def test_older_than_zero_needs_no_unit(completed: Path) -> None:
+    """0 is 0 in every unit: `--older-than 0` is every completed run (review 55)."""
+    assert main(["rm", "--completed", "--older-than", "0", str(completed), "--yes"]) == 0
+    assert not (completed / "done" / "result").exists()
+
+
 @pytest.mark.parametrize("argv", [["ls", "--bogus"], ["show"], ["verify", "a", "b", "c"],
                                   ["rm", "--older-than"], ["nope"]])
 def test_argparse_usage_errors_exit_2_in_one_line(
@@ -195,7 +201,7 @@ def test_argparse_usage_errors_exit_2_in_one_line(
 # -- 3. --older-than without a unit is refused -------------------------------------------
 
 
-@pytest.mark.parametrize("age", ["7", "0", "1.5", " 30 "])
+@pytest.mark.parametrize("age", ["7", "1.5", " 30 "])
 def test_older_than_without_a_unit_is_a_usage_error(
         age: str, completed: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`rm --completed --older-than 7` meant 7 seconds (--help shows only 7d, 12h, 30m):
@@ -294,3 +300,45 @@ def test_the_unreachable_endpoint_error_names_the_setting_in_use(
     err = capsys.readouterr().err.splitlines()[-1] + " "
     assert "unreachable" in err and UNREACHABLE in err, err
     assert named in err and not_named not in err, err
+
+
+# -- review 55 of the fixes above ----------------------------------------------------------
+
+
+def test_rm_completed_with_the_default_store_and_a_run_id_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rm --completed $RESUMABLE_STORE run1`: STORE equal to the default was taken for
+    no STORE, so the folder ./run1 became the store and its completed run was deleted."""
+    main_store = tmp_path / "main"
+    monkeypatch.setenv("RESUMABLE_STORE", str(main_store))
+    monkeypatch.chdir(tmp_path)
+    _run(tmp_path / "run1", "inside")  # ./run1, a folder that is a store of its own
+    assert main(["rm", "--completed", str(main_store), "run1", "--yes"]) == EXIT_USAGE
+    assert (tmp_path / "run1" / "inside").is_dir()
+
+
+def test_show_without_verify_lists_headers_under_a_broken_default_key(
+    signed: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show` reads no signature without --verify: a short $RESUMABLE_SIGNING_KEY made
+    it exit 78; with --verify the message says what is wrong with the variable."""
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "short")
+    assert main(["show", str(signed), "signed"]) == 0
+    capsys.readouterr()
+    assert main(["show", "--verify", str(signed), "signed"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "$RESUMABLE_SIGNING_KEY holds 5 bytes" in err and "short" not in err.replace(
+        "holds", "")
+
+
+def test_a_library_setting_the_cli_does_not_use_does_not_stop_it(
+    signed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI checked every setting: a spill folder missing in a debugging shell made
+    `ls` exit 78. It checks the one it uses, $RESUMABLE_RETRY_DEADLINE."""
+    monkeypatch.setenv("RESUMABLE_SPILL_DIR", "/no/such/folder")
+    monkeypatch.setenv("RESUMABLE_TERM_TIMEOUT", "20s")
+    assert main(["ls", str(signed)]) == 0
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "forever")
+    assert main(["ls", str(signed)]) == EXIT_CONFIG

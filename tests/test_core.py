@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -56,6 +57,16 @@ def test_the_decorator_without_parentheses_says_to_add_them() -> None:
 
     with pytest.raises(TypeError, match=r"@checkpointed\(\).*gen"):
         checkpointed(gen)  # type: ignore[call-arg]
+
+
+def test_an_option_given_by_position_says_options_are_keywords() -> None:
+    """checkpointed("generation") said to add parentheses it had; checkpointed(None) was
+    taken; the signature showed the positional-only parameter behind these messages."""
+    for value in ("generation", 5, None):
+        with pytest.raises(TypeError, match=r"options are keywords, e\.g\. @checkpointed"):
+            checkpointed(value)  # type: ignore[call-overload, arg-type]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY
+               for p in inspect.signature(checkpointed).parameters.values())
 
 
 def test_missing_state_parameter_is_rejected() -> None:

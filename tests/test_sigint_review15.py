@@ -945,3 +945,124 @@ def test_another_signals_error_at_the_swap_reaches_the_body_at_its_yield(
     out = _child(_OTHER_SIGNAL, str(tmp_path / "store"), str(k))
     assert out["result"] == {"i": 2} and out["body got"] == 2, out
     assert out["saved"] == {"i": 2}, out
+
+
+# A Ctrl-C held while the run saved, then a program's SIGALRM handler raising as the
+# SIGINT handler is lent back at the next resume (argv[2]: before or after the swap).
+_HELD_THEN_ALARM = """
+    import faulthandler, json, os, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed, _signals
+
+    store, when = sys.argv[1], sys.argv[2]
+    real, ours, swaps, log = _signals._set_handler, _signals._on_sigint, [], []
+
+    def fire(sig):
+        signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+
+    def swapping(signum, handler):
+        swaps.append(1)
+        if handler is ours and len(swaps) >= 2 and not log:  # the library's work: held
+            done = real(signum, handler)
+            log.append("Ctrl-C while shielded")
+            fire(signal.SIGINT)
+            return done
+        if handler is not ours and log == ["Ctrl-C while shielded"]:
+            log.append("alarm")
+            if when == "before":
+                fire(signal.SIGALRM)
+                return real(signum, handler)
+            done = real(signum, handler)
+            fire(signal.SIGALRM)
+            return done
+        return real(signum, handler)
+
+    _signals._set_handler = swapping
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("generation deadline")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+
+    @checkpointed(store=store, run_id="x", every=1)
+    def body(*, state=None):
+        i = state or 0
+        while i < 6:
+            i += 1
+            try:
+                yield i
+            except TimeoutError:
+                log.append("body: TimeoutError")
+        return i
+
+    try:
+        out = {"result": body()}
+    except KeyboardInterrupt:
+        out = {"result": "KeyboardInterrupt"}
+    out["log"] = log
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_held_ctrl_c_is_not_replaced_by_another_handlers_error_at_the_swap(
+    when: str, tmp_path: Path
+) -> None:
+    """Since 08a59bb another handler's exception at the swap is thrown into the body; met
+    as the swap began, it replaced the Ctrl-C held meanwhile, which was never delivered:
+    the run went on to its end (review 56). The Ctrl-C now waits for the next yield."""
+    out = _child(_HELD_THEN_ALARM, str(tmp_path / "store"), when)
+    assert out["result"] == "KeyboardInterrupt", out
+    assert "body: TimeoutError" in out["log"], out
+
+
+_NESTED_ITER = """
+    import faulthandler, json, os, signal, sys
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed
+
+    store = sys.argv[1]
+
+    @checkpointed(store=store, run_id="inner", every=10**9)
+    def inner(*, state=None):
+        k = state or 0
+        while k < 3:
+            k += 1
+            yield k
+
+    @checkpointed(store=store, run_id="outer", every=10**9)
+    def outer(*, state=None):
+        i = state or 0
+        while i < 10:
+            i += 1
+            inner.reset()
+            for k in inner.iter():
+                if i == 4 and k == 2:
+                    os.kill(os.getpid(), signal.SIGTERM)  # the outer body at work
+            yield i
+
+    if len(sys.argv) > 2:
+        print(json.dumps(outer.latest().state))
+        sys.exit(0)
+    for s in outer.iter():
+        pass
+"""
+
+
+def test_a_sigterm_lets_a_body_consuming_an_inner_run_finish_its_generation(
+    tmp_path: Path
+) -> None:
+    """An f.iter run whose consumer is a running body was told to stop like a top-level
+    one: its Terminated cut the outer body's generation, and the outer run was saved at
+    step 0 (every=10**9) after three states (review 56). Like a call inside a body, it is
+    part of the body's generation now: the outer body reaches its yield, which is saved."""
+    store = str(tmp_path / "store")
+    proc = subprocess.run(
+        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(_NESTED_ITER), store],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert _child(_NESTED_ITER, store, "check") == 4

@@ -31,7 +31,7 @@ _SUBMODULES = ("deap", "pygad", "pymoo")
 def missing_library(err: ModuleNotFoundError, integration: str, extra: str) -> BaseException:
     """What to raise when an integration's library (or numpy) is not installed: the pip
     extra that brings it. ``err`` itself for a module missing inside that library."""
-    if (err.name or "").split(".")[0] not in (extra, "numpy"):
+    if err.name not in (extra, "numpy"):  # (a module inside an installed library)
         return err
     return ModuleNotFoundError(
         f"resumable.integrations.{integration} needs {err.name}, which is not installed: "

@@ -135,6 +135,14 @@ def run_checkpointed(
                 told.append(True)
                 _tell_of_a_run_without_the_seed(name, body, options, run, arguments)
 
+    progress = options.get("progress")
+    total = progress.total if isinstance(progress, Bar) else progress
+    if isinstance(total, str) and total not in arguments:
+        # (the decorator's message would name an inner function the user never wrote)
+        raise ConfigurationError(
+            f"{name}: progress={total!r} names none of the run's parts "
+            f"({', '.join(sorted(arguments))}); progress=True shows the bar with the total "
+            "this integration knows (its number of generations or budget), where it has one")
     run = checkpointed(**options)(_function(name, body, arguments, on_fresh))
     try:
         return run(**arguments)

@@ -222,14 +222,18 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
             yield f".{k}", v
 
 
-def _find_offender(serializer: Serializer, obj: Any, path: str, depth: int = 0) -> tuple[str, Any]:
-    """The deepest part of ``obj`` that the serializer cannot handle on its own."""
+def _find_offender(serializer: Serializer, obj: Any, path: str, depth: int = 0,
+                   errors: dict[int, Exception] | None = None) -> tuple[str, Any]:
+    """The deepest part of ``obj`` that the serializer cannot handle on its own; what each
+    part tried raised goes into ``errors`` (by id)."""
     if depth < 50:
         for suffix, child in _children(obj):
             try:
                 serializer.dumps(child)
-            except Exception:
-                return _find_offender(serializer, child, path + suffix, depth + 1)
+            except Exception as child_err:
+                if errors is not None:
+                    errors[id(child)] = child_err
+                return _find_offender(serializer, child, path + suffix, depth + 1, errors)
     return path, obj
 
 
@@ -328,20 +332,22 @@ def _refuse_remote_references(
 
 
 def _explain(serializer: Serializer, obj: Any, what: str, root: str, err: Exception) -> str:
+    errors: dict[int, Exception] = {}  # what each part tried alone raised, by id
+
     def fails(child: Any) -> bool:
         try:
             serializer.dumps(child)
-        except Exception:
+        except Exception as child_err:
+            errors[id(child)] = child_err
             return True
         return False
 
     def own_error(part: Any) -> Exception:
-        """What serializing ``part`` alone raises: ``err`` may be another part's."""
-        try:
-            serializer.dumps(part)
-        except Exception as part_err:
-            return part_err
-        return err
+        """What serializing ``part`` alone raised (``err`` may be another part's), as
+        recorded when it was tried: a large part is not pickled again (review 55)."""
+        if part is obj:
+            return err
+        return errors.get(id(part), err)
 
     handle = _find_handle(obj, root, fails)
     if handle is not None:
@@ -351,7 +357,7 @@ def _explain(serializer: Serializer, obj: Any, what: str, root: str, err: Except
             f"{kind.__module__}.{kind.__qualname__}, a live handle ({own_error(handle[1])}); "
             f"{_GATHER_HINT}"
         )
-    path, offender = _find_offender(serializer, obj, root)
+    path, offender = _find_offender(serializer, obj, root, errors=errors)
     kind = type(offender)
     message = (
         f"cannot serialize {what} with serializer {serializer.name!r}: {path} is a "
