@@ -571,8 +571,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     # A variable named with --signing-key-env must be set, with or without --verify (it
     # was asked for); the key itself is read only to verify: a broken key setting does
     # not keep `show` from listing the headers (review 55).
-    _named_key_set(args)
-    key = _command_key(args) if args.verify else None
+    if args.verify:
+        key = _command_key(args)
+    else:
+        _named_key_set(args)
+        key = None
     store = open_store(args.store)
     names = _require_run(store, args.run_id, args)
     records: dict[str, Any] = {}

@@ -22,14 +22,19 @@ ROOT = Path(__file__).resolve().parents[1]
 _DEFAULT_SIGINT = "import signal as _s; _s.signal(_s.SIGINT, _s.default_int_handler)\n"
 
 
-def _child(code: str, *args: str, env: dict[str, str] | None = None,
-           timeout: float = 60) -> dict:
-    proc = subprocess.run(
+def _run_child(code: str, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(code), *args],
         capture_output=True, text=True,
         env={**os.environ, **(env or {}),
              "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
         timeout=timeout, cwd=ROOT)
+
+
+def _child(code: str, *args: str, env: dict[str, str] | None = None,
+           timeout: float = 60) -> dict:
+    proc = _run_child(code, *args, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -806,12 +811,7 @@ def test_a_sigterm_as_a_consumer_is_handed_a_state_stops_it_and_keeps_that_state
     the last checkpoint (older): the state the consumer was to have is kept now, as when
     a consumer stops early (review 53)."""
     out = tmp_path / "got.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(_TERM_AT_SWAP),
-         str(tmp_path / "store"), str(out)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    proc = _run_child(_TERM_AT_SWAP, str(tmp_path / "store"), str(out))
     assert proc.returncode == 143, proc.stderr[-3000:]
     assert json.loads(out.read_text()) == [1, 2], proc.stderr[-3000:]
     assert "Ctrl-C" not in proc.stderr, proc.stderr[-3000:]
@@ -876,12 +876,7 @@ def test_a_sigterm_at_either_side_of_a_hand_over_keeps_the_consumers_state(
     consumer was handed step 3 after it and went on (review 54). Now: exit 143, no state
     handed after the SIGTERM, and step 3, made before it, saved."""
     out = tmp_path / "got.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(_TERM_AT_HANDOVER),
-         str(tmp_path / "store"), str(out), where],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    proc = _run_child(_TERM_AT_HANDOVER, str(tmp_path / "store"), str(out), where)
     assert proc.returncode == 143, proc.stderr[-3000:]
     assert json.loads(out.read_text())["got"] == had, proc.stderr[-3000:]
     assert _child(_TERM_AT_HANDOVER, str(tmp_path / "store"), "check", where) == {"i": 3}
@@ -1059,10 +1054,6 @@ def test_a_sigterm_lets_a_body_consuming_an_inner_run_finish_its_generation(
     step 0 (every=10**9) after three states (review 56). Like a call inside a body, it is
     part of the body's generation now: the outer body reaches its yield, which is saved."""
     store = str(tmp_path / "store")
-    proc = subprocess.run(
-        [sys.executable, "-c", _DEFAULT_SIGINT + textwrap.dedent(_NESTED_ITER), store],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    proc = _run_child(_NESTED_ITER, store)
     assert proc.returncode == 143, proc.stderr[-3000:]
     assert _child(_NESTED_ITER, store, "check") == 4

@@ -29,7 +29,7 @@ NUMPY_SEED = "numpy_seed"
 
 def option_names() -> frozenset[str]:
     """The ``@checkpointed`` options an integration accepts as keyword arguments."""
-    return frozenset(inspect.signature(checkpointed).parameters) - {"state_arg", "_func"}
+    return frozenset(inspect.signature(checkpointed).parameters) - {"state_arg"}
 
 
 def split_options(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
