@@ -7,6 +7,7 @@ of the state) and timing (the body resumes only once the save is durable).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -124,12 +125,18 @@ def _peak_extra_during_run(store: str, size: int) -> int:
         return "saved"
 
     big = np.random.default_rng(0).random(size // 8)
+    # tracemalloc counts every thread's allocations, and a cyclic collection can run an
+    # earlier test's finalizers here (a dropped f.iter generator saves its state when
+    # closed): collect first and keep the collector off while measuring.
+    gc.collect()
+    gc.disable()
     tracemalloc.start()
     try:
         assert one() == "saved"
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+        gc.enable()
 
 
 def test_in_place_save_makes_no_copy_of_the_state(
@@ -141,7 +148,10 @@ def test_in_place_save_makes_no_copy_of_the_state(
     monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "inf")
     copied = _peak_extra_during_run(store, size)
     monkeypatch.setenv("RESUMABLE_SNAPSHOT_LIMIT", "1MiB")
-    in_place = _peak_extra_during_run(store, size)
+    # Anything else allocating in the process only adds to a measurement, and a copy of
+    # the state would show in every one: the smallest of three is the save's own cost
+    # (CI once measured 4.7 MiB here, once in 1,388 tests; alone it is about 1 MiB).
+    in_place = min(_peak_extra_during_run(store, size) for _ in range(3))
     assert copied >= size  # the measurement sees the background path's snapshot copy
     assert in_place < size // 8, in_place
 
