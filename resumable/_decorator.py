@@ -901,6 +901,7 @@ class _Execution:
         progress = self.progress = self._progress(step)
         gen = self._body(state)
         _signals.enter(self)
+        leaving: BaseException | None = None  # what the call ends with, if it raises
         try:
             while True:
                 try:
@@ -990,7 +991,8 @@ class _Execution:
                             raise second  # a second Ctrl-C: at once
                     self.suspended = False
                 self.handed = False  # (the finally above completed: the body goes on)
-        except _signals.TERMINATION:
+        except _signals.TERMINATION as err:
+            leaving = err
             self.stopping = True
             if self.interrupted:  # out of time: children still pickling are not waited for
                 self._end_children()
@@ -1007,14 +1009,18 @@ class _Execution:
             if self.thread is threading.main_thread():
                 _signals.chain_once()
             raise
-        except GeneratorExit:  # an f.iter consumer stopped early: keep what it holds
+        except GeneratorExit as err:  # an f.iter consumer stopped early: keep what it holds
             # (raised at the yield: the body is paused there, interrupted or not)
+            leaving = err
             if self.step > start_step:
                 self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
                             self._saved_step())
+            raise
+        except BaseException as err:
+            leaving = err
             raise
         finally:
             # Each step runs even if one before it fails (a body whose cleanup raises):
@@ -1033,6 +1039,17 @@ class _Execution:
                 # for the cycle collector, and with it the last snapshot (a copy of the
                 # state). The uploader keeps the job it has yet to run (review 39).
                 self.last_job = None
+            if (self.terminate and self.thread is threading.main_thread()
+                    and not isinstance(leaving, (*_signals.TERMINATION, GeneratorExit))):
+                # The SIGTERM was handled after the call's last look at the flag (as it
+                # returned, or in the cleanup above): the run is saved and has left, so
+                # nothing else acts on it, and the program went on. (Later, with the run
+                # gone, a SIGTERM finds no run: the handler, or the default, ends us.)
+                log.warning("SIGTERM: run %s saved at step %d as it ended; %s", run.where(),
+                            self._saved_step(), "stopping" if _signals.interactive()
+                            else "exiting with 143")
+                _signals.chain_once()
+                raise _signals.terminated() from leaving
 
 
 def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:
