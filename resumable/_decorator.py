@@ -366,6 +366,7 @@ class _Execution:
         self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
+        self.within: _signals.Active | None = None  # the run whose body started this one
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -415,6 +416,9 @@ class _Execution:
         self.checked_result: tuple[bool, Any] | None = None
         self.stopping = False  # after SIGTERM: the body is done, the state is being saved
         self.at_yield = False  # the body yielded; its state is being snapshotted
+
+    def where(self) -> str:
+        return self.run.where()
 
     # -- signals (called by _signals; on_sigterm runs inside the handler: flags only) ------
 
@@ -949,6 +953,17 @@ class _Execution:
                     raise
                 if self.interrupted:  # the body went on after its interruption: not saved
                     raise _signals.terminated()
+                inner = _signals.open_within(self)
+                if inner is not None:
+                    raise ConfigurationError(
+                        f"run {run.where()}: its body yielded (step {step + 1}) while the "
+                        f"f.iter run {inner.where()} it consumes is still open. The two runs "
+                        "save their checkpoints apart, so a crash, a restart or a resume "
+                        "between them leaves the inner run ahead of the outer one, and the "
+                        "resumed result differs from an uninterrupted run's. Consume the "
+                        "inner run within one generation (`for s in inner.iter(...)` to its "
+                        "end, or close it), or make it a plain generator whose position "
+                        "is part of the outer state; nothing of this generation was saved")
                 step += 1
                 failures = 0
                 last_state = self.held = yielded

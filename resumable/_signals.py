@@ -117,7 +117,9 @@ class Active(Protocol):
 
     thread: threading.Thread
     suspended: bool  # at a yield: its consumer (not its body) is running
+    within: Active | None  # the run whose body started this one (set by enter)
 
+    def where(self) -> str: ...  # the run, as messages name it
     def on_sigterm(self) -> None: ...  # set flags only: runs inside the signal handler
     def interrupt(self) -> None: ...  # the timeout passed: stop the body now
     def close_at_exit(self) -> None: ...  # suspended at interpreter exit: save and end
@@ -288,7 +290,8 @@ def enter(run: Active) -> None:
     """A run starts: it is served by the handler (installed now if this is the main thread)."""
     global _warned
     with _lock:
-        nested = _in_a_body()
+        run.within = _body_here()
+        nested = run.within is not None
         _runs.append(run)
         if (_term_at is not None and os.getpid() == _owner and run not in _flagged
                 and not nested):
@@ -368,8 +371,26 @@ def _outermost(runs: list[Active]) -> list[Active]:
 
 def _in_a_body() -> bool:
     """This thread runs a run's body (with _lock held)."""
+    return _body_here() is not None
+
+
+def _body_here() -> Active | None:
+    """The run whose body this thread runs (the innermost), if any (with _lock held)."""
     here = threading.current_thread()
-    return any(run.thread is here and not run.suspended for run in _runs)
+    for run in reversed(_runs):
+        if run.thread is here and not run.suspended:
+            return run
+    return None
+
+
+def open_within(run: Active) -> Active | None:
+    """A run that ``run``'s body started and that is still open: an f.iter run its body
+    consumes, suspended at a yield. Checked at ``run``'s yields (one list read when
+    ``run`` is the only run)."""
+    runs = _runs
+    if len(runs) < 2:
+        return None
+    return next((r for r in list(runs) if r.within is run and r in runs), None)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
