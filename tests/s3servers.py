@@ -165,9 +165,11 @@ class MotoServer(S3Server):
 
         # One INFO line per request drowns every captured log in test failures.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        port = free_port()
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        # Port 0: the server binds a free port itself (one picked here and bound later
+        # could be taken by another process meanwhile).
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
+        port = self._server.get_host_and_port()[1]
         wait_for_port("127.0.0.1", port)
         self.endpoint = f"http://127.0.0.1:{port}"
 
@@ -179,6 +181,10 @@ class MotoServer(S3Server):
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+
+class _PortTaken(RuntimeError):
+    """rclone could not bind the port picked for it."""
 
 
 class RcloneServer(S3Server):
@@ -196,7 +202,17 @@ class RcloneServer(S3Server):
         if self.root is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="rclone-s3-")
             self.root = Path(self._tmp.name)
-        port = free_port()
+        # The port is picked here and bound by rclone: another process may take it in
+        # between, and rclone then exits at once. Tried again on another port.
+        for attempt in range(3):
+            try:
+                self._launch(free_port())
+                return
+            except _PortTaken:
+                if attempt == 2:
+                    raise
+
+    def _launch(self, port: int) -> None:
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
             prefix="rclone-log-", suffix=".txt", delete=False
         )
@@ -220,7 +236,11 @@ class RcloneServer(S3Server):
         self.endpoint = f"http://127.0.0.1:{port}"
         try:
             self._wait_ready(port)
-        except BaseException:
+        except BaseException as err:
+            taken = "address already in use" in self.log_text()
+            self._stop_process()
+            if taken:
+                raise _PortTaken(f"port {port}") from err
             self.stop()
             raise
 
@@ -250,7 +270,7 @@ class RcloneServer(S3Server):
             return ""
         return Path(self._log.name).read_text(errors="replace")[-4000:]
 
-    def stop(self) -> None:
+    def _stop_process(self) -> None:
         if self._proc is not None:
             self._proc.terminate()
             try:
@@ -264,6 +284,9 @@ class RcloneServer(S3Server):
             with contextlib.suppress(OSError):
                 os.unlink(self._log.name)
             self._log = None
+
+    def stop(self) -> None:
+        self._stop_process()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

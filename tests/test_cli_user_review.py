@@ -232,6 +232,9 @@ def test_older_than_help_names_the_units(capsys: pytest.CaptureFixture[str]) -> 
 # -- 5. S3 retry lines and the unreachable endpoint's variable ---------------------------
 
 UNREACHABLE = "http://127.0.0.1:9"
+# A deadline a refused connection's first attempt cannot outlast on a loaded machine
+# (0.3 s left about 0.25 s for it: a stall that long, and nothing was retried or logged).
+_RETRIED = "3"
 _AWS_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN",
             "AWS_REGION", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
 
@@ -256,6 +259,7 @@ def test_a_retry_line_without_a_key_names_none(
         capsys: pytest.CaptureFixture[str]) -> None:
     """`ls s3://bkt/x` logged "retrying list s3://bkt/x key None (attempt 1 ...)"."""
     no_endpoint.setenv("AWS_ENDPOINT_URL", UNREACHABLE)
+    no_endpoint.setenv("RESUMABLE_RETRY_DEADLINE", _RETRIED)
     with caplog.at_level("WARNING", logger="resumable"):
         assert main(["ls", "s3://bkt/x"]) == 74
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retrying ")]
@@ -270,6 +274,7 @@ def test_a_retry_line_with_a_key_names_it(
     from resumable.stores import open_store
 
     no_endpoint.setenv("AWS_ENDPOINT_URL", UNREACHABLE)
+    no_endpoint.setenv("RESUMABLE_RETRY_DEADLINE", _RETRIED)
     with caplog.at_level("WARNING", logger="resumable"), pytest.raises(StoreError):
         open_store("s3://bkt/x").get("run/result")
     assert "retrying get s3://bkt/x key 'run/result' (attempt " in caplog.text, caplog.text

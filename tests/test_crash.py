@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +107,8 @@ def test_sigterm_between_saves_leaves_the_last_yielded_state_durable(tmp_path: P
             if seen >= 5:
                 break
     proc.send_signal(signal.SIGTERM)
-    started = time.monotonic()
-    proc.wait(timeout=20)
+    proc.wait(timeout=60)  # (promptness is the watchdog's: tests/test_signals)
     assert proc.returncode == EXIT_SIGTERM
-    assert time.monotonic() - started < 20  # prompt, as a pod's grace period needs
     latest = Run(open_store(store), "worker").load_latest()
     assert latest is not None
     assert latest.step >= seen

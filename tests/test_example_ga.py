@@ -95,8 +95,11 @@ def test_sigkill_from_outside_then_resume(
     tmp_path: Path, uninterrupted: subprocess.CompletedProcess[str]
 ) -> None:
     """kill -9 mid-run (slow generations), rerun: it resumes and ends with the same result."""
-    proc = start_ga(tmp_path, "--gen-time", "0.05")
-    deadline = time.monotonic() + 30
+    # Slow enough (50 x 0.3 s) that the run is still going when generation 5 is durable
+    # and we kill it, whatever the machine's load (at 0.05 s a 2 s stall here let it
+    # finish first); the deadline only stops a hang.
+    proc = start_ga(tmp_path, "--gen-time", "0.3")
+    deadline = time.monotonic() + 120
     try:
         # Kill once a few generations are durable, as a node loss would.
         while not any(int(p.name.rsplit("-", 1)[1]) >= 5

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
-import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -20,7 +20,6 @@ from tests.toy import Crash, Faults, make_evolve, reference
 pytestmark = pytest.mark.s3
 
 MiB = 1024 * 1024
-FAILS_FAST = 10.0
 FAULT_KINDS = ("slowdown", "internal", "drop", "drop_mid", "slow")
 
 
@@ -187,7 +186,6 @@ def test_64mib_numpy_state_resumes_bit_exactly(
     expected = _big_state(size)
     expected[1000] += 1
     expected[2000] += 2
-    started = time.monotonic()
     with pytest.raises(Crash):
         train(3)
     latest = train.latest(3)
@@ -199,14 +197,21 @@ def test_64mib_numpy_state_resumes_bit_exactly(
     assert seen == [hashlib.sha256(expected.tobytes()).hexdigest()]
     expected[3000] += 3
     assert digest == hashlib.sha256(expected.tobytes()).hexdigest()
-    assert time.monotonic() - started < 60
 
 
 def _fails_fast_in_one_line(fn: Callable[[], object], *needles: str) -> str:
-    started = time.monotonic()
-    with pytest.raises(StoreError) as info:
-        fn()
-    assert time.monotonic() - started < FAILS_FAST
+    # "Fast" is a behaviour, not a speed (as in test_s3_store): never retried.
+    from tests.test_s3_store import _Retries
+
+    retries = _Retries()
+    logger = logging.getLogger("resumable")
+    logger.addHandler(retries)
+    try:
+        with pytest.raises(StoreError) as info:
+            fn()
+    finally:
+        logger.removeHandler(retries)
+    assert not retries.messages, retries.messages
     message = str(info.value)
     assert "\n" not in message, message
     for needle in needles:

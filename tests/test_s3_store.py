@@ -299,7 +299,9 @@ def test_unreachable_endpoint_gives_up_after_deadline(
     s3_env: Callable[..., Any], moto_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s3_env(moto_server, endpoint="http://127.0.0.1:9")  # discard port: connection refused
-    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "1")
+    # (long enough that a stalled first attempt still leaves time for a retry, which the
+    # check below expects: a refused connection fails at once, so this costs the deadline)
+    monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "3")
     store = open_store("s3://bucket/runs")
     _assert_fast_one_line_error(
         lambda: store.get("k"), "s3://bucket/runs", "RESUMABLE_RETRY_DEADLINE", "attempts",
