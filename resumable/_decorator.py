@@ -1079,6 +1079,18 @@ def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:
     return call
 
 
+def _hint(value: Any) -> str:
+    """For a value given positionally, the keyword it likely meant (review 57: None and
+    3 were offered as every= and store=, which refuse them)."""
+    if value is None:
+        return "@checkpointed() with no arguments takes the defaults"
+    if isinstance(value, str) and ("://" in value or "/" in value or value.startswith(".")):
+        return f"e.g. @checkpointed(store={value!r})"
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return f"e.g. @checkpointed(every={value!r}) or @checkpointed(store=...)"
+    return "e.g. @checkpointed(store=..., every=...); see the README's table of options"
+
+
 _NO_FUNCTION: Any = object()  # checkpointed() called as it should be: no positional
 
 
@@ -1111,9 +1123,7 @@ def checkpointed(
                 f"@checkpointed needs parentheses: write @checkpointed() (or "
                 f"@checkpointed(every=...)) above "
                 f"{getattr(_func, '__qualname__', repr(_func))}; its options are keywords")
-        raise TypeError(
-            f"checkpointed({_func!r}): its options are keywords, e.g. "
-            f"@checkpointed(every={_func!r}) or @checkpointed(store={_func!r})")
+        raise TypeError(f"checkpointed({_func!r}): its options are keywords; {_hint(_func)}")
 
     def decorate(func: Callable[P, Generator[Any, None, R]]) -> CheckpointedFunction[P, R]:
         name = getattr(func, "__qualname__", repr(func))

@@ -62,9 +62,16 @@ def test_the_decorator_without_parentheses_says_to_add_them() -> None:
 def test_an_option_given_by_position_says_options_are_keywords() -> None:
     """checkpointed("generation") said to add parentheses it had; checkpointed(None) was
     taken; the signature showed the positional-only parameter behind these messages."""
-    for value in ("generation", 5, None):
-        with pytest.raises(TypeError, match=r"options are keywords, e\.g\. @checkpointed"):
+    hints = {"generation": "@checkpointed(every='generation')", 5: "@checkpointed(every=5)",
+             "./runs": "@checkpointed(store='./runs')",
+             None: "@checkpointed() with no arguments takes the defaults"}
+    for value, hint in hints.items():
+        with pytest.raises(TypeError, match=r"options are keywords") as info:
             checkpointed(value)  # type: ignore[call-overload, arg-type]
+        assert hint in str(info.value), info.value
+        if value is not None:  # what it suggests is accepted (review 57: every=None was not)
+            key = "store" if value == "./runs" else "every"
+            checkpointed(**{key: value})
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY
                for p in inspect.signature(checkpointed).parameters.values())
 
