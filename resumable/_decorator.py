@@ -856,6 +856,8 @@ class _Execution:
                 except BaseException as came:  # (the body's handler's, as the body was to run)
                     if not _signals.from_sigint(came):
                         raise
+                    if held:  # (another handler's, before the Ctrl-C was delivered: review
+                        _signals.hold_again()  # 57; it waits for the next yield)
                     err = came
             return gen.throw(err) if err is not None else next(gen)
         finally:

@@ -617,19 +617,31 @@ _SIGINT = int(signal.SIGINT)
 # the last call ends.
 _lent: Any = signal.default_int_handler
 _held_error: BaseException | None = None  # what the lent handler raised for a held Ctrl-C
+# A first Ctrl-C that came while what another signal's handler raised is held (review 57:
+# it was taken for a second one and raised at once, in the library's code): delivered at
+# the yield after the one that gets the held error, or at the call's end.
+_ctrl_c_after = False
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    global _sigint_held, _held_error
-    if _shielded and not _sigint_held and os.getpid() == _sigint_pid:
+    global _sigint_held, _held_error, _ctrl_c_after
+    if _shielded and os.getpid() == _sigint_pid and (
+            not _sigint_held or (_holds_another() and not _ctrl_c_after)):
+        if _sigint_held:
+            _ctrl_c_after = True  # (the first Ctrl-C: after what is held)
         _sigint_held = True
         # no logging here: the interrupted code may hold the logging lock
         with contextlib.suppress(OSError):
             os.write(2, b"resumable: Ctrl-C: stopping once the save under way is handed "
                         b"over (Ctrl-C again stops at once)\n")
         return
-    _sigint_held, _held_error = False, None
+    _sigint_held, _held_error, _ctrl_c_after = False, None, False
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without us
+
+
+def _holds_another() -> bool:
+    """What is held is another signal's handler's exception, not a Ctrl-C."""
+    return _held_error is not None and not isinstance(_held_error, KeyboardInterrupt)
 
 
 def sigint_begin() -> bool | None:
@@ -709,15 +721,26 @@ def unshield() -> None:
     the body (review 51: not run twice). A second one raises, as ours does.
     """
     global _shielded, _sigint_held, _held_error
-    if _get_handler(_SIGINT) is _on_sigint:
+    before: BaseException | None = None  # another handler's, raised before the swap
+    while _get_handler(_SIGINT) is _on_sigint:
         try:
             _set_handler(_SIGINT, _lent)
         except BaseException as err:
-            if (_sigint_held or _get_handler(_SIGINT) is _on_sigint
-                    or not from_sigint(err)):
-                raise  # (a second one; or ours raised it before the swap; or not a Ctrl-C)
+            if _get_handler(_SIGINT) is _on_sigint:  # (raised before the swap)
+                if (before is not None or isinstance(err, KeyboardInterrupt)
+                        or not from_sigint(err)):
+                    raise  # (ours: a second Ctrl-C; or a SIGTERM's; or two)
+                # Another signal's handler (a SIGALRM deadline's): the swap is done still,
+                # and its exception raised after it, for the body (review 57: the body ran
+                # with the library's handler, a Ctrl-C held for a whole generation)
+                before = err
+                continue
+            if _sigint_held or not from_sigint(err):
+                raise  # (a second one; or not a Ctrl-C)
             _sigint_held, _held_error = True, err
     _shielded = False
+    if before is not None:
+        raise before
 
 
 def shield(came: BaseException | None = None) -> BaseException | None:
@@ -727,7 +750,7 @@ def shield(came: BaseException | None = None) -> BaseException | None:
     before the swap), or just before this call (``came``: the caller caught it as the
     call began), is held, to be thrown into the body. Returns a second one, which the
     caller raises at once."""
-    global _shielded, _sigint_held, _held_error, _lent
+    global _shielded, _sigint_held, _held_error, _lent, _ctrl_c_after
     _shielded = True  # first: once ours is in, a Ctrl-C is held
     if came is not None and not from_sigint(came):
         shield()  # (a SIGTERM's: the library goes on, shielded, as it stops)
@@ -749,6 +772,9 @@ def shield(came: BaseException | None = None) -> BaseException | None:
     if came is None:
         return None
     if _sigint_held:
+        if _holds_another() and isinstance(came, KeyboardInterrupt) and not _ctrl_c_after:
+            _ctrl_c_after = True  # the first Ctrl-C, after what is held (review 57)
+            return None
         return came  # a second Ctrl-C: at once, as ours does
     _sigint_held, _held_error = True, came
     return None
@@ -759,9 +785,11 @@ def deliver_held() -> BaseException | None:
     lent handler raised for it, if it ran already as the handler changed hands; else
     what it raises now (Python's: KeyboardInterrupt), or None if it handled it
     otherwise."""
-    global _held_error
+    global _held_error, _sigint_held, _ctrl_c_after
     err, _held_error = _held_error, None
     if err is not None:
+        if _ctrl_c_after:  # a Ctrl-C came after it: held again, for the next delivery
+            _sigint_held, _ctrl_c_after = True, False
         return err
     if _lent is signal.default_int_handler:
         return KeyboardInterrupt()
@@ -793,7 +821,7 @@ def take_sigint() -> bool:
 def sigint_end(outer: bool | None, deliver: bool) -> None:
     """The call ends: back to the caller's shield; the handler goes with the last call.
     With ``deliver`` a held Ctrl-C is raised now (not over a call that ends by one)."""
-    global _shielded, _sigint_calls, _sigint_held, _held_error
+    global _shielded, _sigint_calls, _sigint_held, _held_error, _ctrl_c_after
     if outer is None:
         return
     if threading.current_thread() is not threading.main_thread():
@@ -819,7 +847,7 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
         # A Ctrl-C right after the swap (signal.signal() runs Python code after it) is
         # raised by the default handler: the shield goes down with it. (A second one
         # raised by ours before the swap: ours is not left behind, review 51.)
-        _shielded, _sigint_held, _held_error = outer, False, None
+        _shielded, _sigint_held, _held_error, _ctrl_c_after = outer, False, None, False
         if last:
             with contextlib.suppress(BaseException):
                 if _get_handler(_SIGINT) is _on_sigint:
@@ -833,21 +861,27 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
     held, _sigint_held = _sigint_held, False
     if held and deliver:
         err = deliver_held()
+        if _sigint_held:  # a Ctrl-C came after what another handler raised: it ends the call
+            _sigint_held = False
+            ctrl_c = deliver_held()
+            if ctrl_c is not None:
+                raise ctrl_c from err
         if err is not None:
             raise err
-    _held_error = None
+    _held_error, _ctrl_c_after = None, False
 
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
+    global _ctrl_c_after
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
     _lent = signal.default_int_handler
     _held_error = None
-    _shielded = _sigint_held = False
+    _shielded = _sigint_held = _ctrl_c_after = False
     _sigint_calls = 0
     _sigint_lock = threading.Lock()
     if _leaving:  # forked while the parent leaves after a SIGTERM: do not outlive it
