@@ -366,7 +366,8 @@ class _Execution:
         self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
-        self.within: _signals.Active | None = None  # the run whose body started this one
+        # the run whose body this run last handed a state to (see _signals.consumer_body)
+        self.within: _signals.Active | None = None
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -910,6 +911,9 @@ class _Execution:
         leaving: BaseException | None = None  # what the call ends with, if it raises
         try:
             while True:
+                # (the thread that runs the body now: an iterator may be handed to another
+                # thread, and the signal handling needs the one it runs in; review 58)
+                self.thread = threading.current_thread()
                 try:
                     yielded = self._resume(gen)
                 except StopIteration as stop:
@@ -940,6 +944,7 @@ class _Execution:
                             and failures < self.opts.restarts):
                         failures += 1
                         gen.close()
+                        _signals.forget_within(self)  # (an iterator a cycle keeps open)
                         # (a Ctrl-C held ends the pause: the new body gets it at once)
                         _restart_pause(failures, lambda: self.terminate or (
                             self.sigint_outer is not None and _signals.sigint_held()))
@@ -981,6 +986,7 @@ class _Execution:
                     self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile
                     raise _signals.terminated()
                 progress.advance(step, yielded)
+                self.within = _signals.consumer_body(self)
                 self.suspended = self.handed = True
                 if self.terminate:  # (a SIGTERM just before: flagged, as it found no consumer)
                     raise _signals.terminated()  # not handed on after it (review 54)
@@ -1056,17 +1062,25 @@ class _Execution:
                 # for the cycle collector, and with it the last snapshot (a copy of the
                 # state). The uploader keeps the job it has yet to run (review 39).
                 self.last_job = None
-            if (self.terminate and self.thread is threading.main_thread()
-                    and not isinstance(leaving, (*_signals.TERMINATION, GeneratorExit))):
+            if self.terminate and leaving is None and self.thread is threading.main_thread():
                 # The SIGTERM was handled after the call's last look at the flag (as it
                 # returned, or in the cleanup above): the run is saved and has left, so
                 # nothing else acts on it, and the program went on. (Later, with the run
-                # gone, a SIGTERM finds no run: the handler, or the default, ends us.)
+                # gone, a SIGTERM finds no run: the handler, or the default, ends us.) A
+                # call that ends with an error keeps it (a SerializationError or a
+                # FencedError says more than 143: review 58); the handler serves the next
+                # SIGTERM afresh, and a run started meanwhile does not start.
                 log.warning("SIGTERM: run %s saved at step %d as it ended; %s", run.where(),
                             self._saved_step(), "stopping" if _signals.interactive()
                             else "exiting with 143")
                 _signals.chain_once()
-                raise _signals.terminated() from leaving
+                raise _signals.terminated()
+            if self.terminate and isinstance(leaving, GeneratorExit):
+                # Closed as the SIGTERM came (close(), a break, the garbage collector:
+                # nothing can be raised from there): the state its consumer held is
+                # saved; the signal goes on as if the library were not there (review 58:
+                # the program went on, and later SIGTERMs were ignored).
+                _signals.redeliver()
 
 
 def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:
@@ -1086,10 +1100,14 @@ def _hint(value: Any) -> str:
     3 were offered as every= and store=, which refuse them)."""
     if value is None:
         return "@checkpointed() with no arguments takes the defaults"
-    if isinstance(value, str) and ("://" in value or "/" in value or value.startswith(".")):
+    try:
+        parse_every(value)
+    except (ConfigurationError, TypeError, ValueError):
+        pass
+    else:
+        return f"e.g. @checkpointed(every={value!r})"
+    if isinstance(value, (str, os.PathLike)):
         return f"e.g. @checkpointed(store={value!r})"
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return f"e.g. @checkpointed(every={value!r}) or @checkpointed(store=...)"
     return "e.g. @checkpointed(store=..., every=...); see the README's table of options"
 
 

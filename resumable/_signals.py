@@ -117,7 +117,7 @@ class Active(Protocol):
 
     thread: threading.Thread
     suspended: bool  # at a yield: its consumer (not its body) is running
-    within: Active | None  # the run whose body started this one (set by enter)
+    within: Active | None  # the run whose body it last handed a state to (in that thread)
 
     def where(self) -> str: ...  # the run, as messages name it
     def on_sigterm(self) -> None: ...  # set flags only: runs inside the signal handler
@@ -290,8 +290,7 @@ def enter(run: Active) -> None:
     """A run starts: it is served by the handler (installed now if this is the main thread)."""
     global _warned
     with _lock:
-        run.within = _body_here()
-        nested = run.within is not None
+        nested = _in_a_body()
         _runs.append(run)
         if (_term_at is not None and os.getpid() == _owner and run not in _flagged
                 and not nested):
@@ -383,14 +382,34 @@ def _body_here() -> Active | None:
     return None
 
 
+def consumer_body(run: Active) -> Active | None:
+    """The run whose body is handed ``run``'s state now: the innermost other run whose
+    body runs in this thread (None: the caller is not a body). At each hand-over."""
+    runs = _runs
+    if len(runs) < 2:
+        return None
+    here = threading.current_thread()
+    for other in reversed(list(runs)):
+        if other is not run and other.thread is here and not other.suspended:
+            return other
+    return None
+
+
 def open_within(run: Active) -> Active | None:
-    """A run that ``run``'s body started and that is still open: an f.iter run its body
-    consumes, suspended at a yield. Checked at ``run``'s yields (one list read when
-    ``run`` is the only run)."""
+    """A run whose last state went to ``run``'s body and that is still open: an f.iter
+    run its body consumes, suspended at a yield (started by that body or not: review
+    58). Checked at ``run``'s yields (one list read when ``run`` is the only run)."""
     runs = _runs
     if len(runs) < 2:
         return None
     return next((r for r in list(runs) if r.within is run and r in runs), None)
+
+
+def forget_within(run: Active) -> None:
+    """``run``'s body was closed (a restart): runs it consumed are no longer its."""
+    for other in list(_runs):
+        if other.within is run:
+            other.within = None
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -401,6 +420,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signum)
         return
     runs = list(_runs)
+    if not runs and _term_at is not None and not (_unwinding or _shutting_down):
+        # The runs a SIGTERM stopped have all left, and the program goes on (a call that
+        # ended with an error it caught, an iterator closed as it came): this one is
+        # served afresh, as if we were not installed (review 58: ignored for good).
+        _reset_term()
     if _term_at is None and not runs:
         _chain(signum, frame)
         return
@@ -530,10 +554,21 @@ def _exit_guard() -> None:
 def chain_once() -> None:
     """After the runs saved: call the application's own SIGTERM handler, once."""
     global _chained
+    if _term_at is None and interactive() and not _runs and callable(_previous):
+        # (the last run left, and leave() began the session afresh: review 58)
+        _previous(signal.SIGTERM, None)
+        return
     if _chained or _term_at is None:
         return
     _chained = True
     _chain(signal.SIGTERM, None)
+
+
+def redeliver() -> None:
+    """A SIGTERM that a run was told of and could not act on (closed, not called): sent
+    again, for the handler to serve once the runs that remain have saved."""
+    if os.getpid() == _owner:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _chain(signum: int, frame: FrameType | None) -> None:
@@ -640,8 +675,19 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 
 def _holds_another() -> bool:
-    """What is held is another signal's handler's exception, not a Ctrl-C."""
-    return _held_error is not None and not isinstance(_held_error, KeyboardInterrupt)
+    """What is held is another signal's handler's exception, not a Ctrl-C: neither a
+    KeyboardInterrupt nor raised by the SIGINT handler lent to the body (one that raises
+    its own exception for a Ctrl-C, review 58: its second Ctrl-C must raise at once)."""
+    err = _held_error
+    if err is None or isinstance(err, KeyboardInterrupt):
+        return False
+    code = getattr(getattr(_lent, "__func__", _lent), "__code__", None)
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return False
+        tb = tb.tb_next
+    return True
 
 
 def sigint_begin() -> bool | None:

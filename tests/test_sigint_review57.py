@@ -23,8 +23,10 @@ _COMMON = """
 
     def fire(sig):  # pending now, handled at the next instruction
         signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
-        os.kill(os.getpid(), sig)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        try:  # (another thread may take it, and os.kill run the handler: unblock anyway)
+            os.kill(os.getpid(), sig)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
 
     def on_alarm(signum, frame):
         raise TimeoutError("generation deadline")
@@ -57,7 +59,8 @@ _COMMON = """
                 log.append(f"KeyboardInterrupt at yield {i}")
                 raise
             if i == 2 and CHECK_HANDLER:
-                out["handler in body"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+                handler = signal.getsignal(signal.SIGINT)
+                out["handler in body"] = handler is signal.default_int_handler
                 try:
                     signal.raise_signal(signal.SIGINT)  # a Ctrl-C while the body works
                     out["ctrl-c in body"] = "not raised"
@@ -145,3 +148,78 @@ def test_a_held_ctrl_c_survives_another_handlers_error_as_it_is_delivered(
     out = _child(_AT_DELIVERY, str(tmp_path / "store"))
     assert out["log"] == ["TimeoutError at yield 2", "KeyboardInterrupt at yield 3"], out
     assert out["result"] == "KeyboardInterrupt in body", out
+
+
+_BODY_HANDLER = """
+    import faulthandler, json, os, signal, sys, traceback
+    faulthandler.dump_traceback_later(50, exit=True)
+    from resumable import checkpointed, _signals
+
+    store = sys.argv[1]
+    real, ours = _signals._set_handler, _signals._on_sigint
+    armed, log, out = [], [], {}
+
+    class Stop(Exception):
+        pass
+
+    def on_int(signum, frame):  # the body's own Ctrl-C handling: its own exception
+        log.append("the body's handler ran")
+        raise Stop("Ctrl-C")
+
+    def fire(sig):  # pending now, handled at the next instruction
+        signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+        try:
+            os.kill(os.getpid(), sig)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+
+    class Pop:
+        def __init__(self, i, ctrl_c=False):
+            self.i, self.ctrl_c = i, ctrl_c
+        def __getstate__(self):
+            if self.ctrl_c:
+                self.ctrl_c = False
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C 2, during the save
+                log.append("Ctrl-C 2 did not raise")
+            return {"i": self.i, "ctrl_c": False}
+
+    @checkpointed(store=store, run_id="r")
+    def body(*, state=None):
+        signal.signal(signal.SIGINT, on_int)  # (the body's: taken over while the library works)
+        i = state.i if state else 0
+        while i < 5:
+            i += 1
+            if i == 2:
+                armed.append(1)
+            try:
+                yield Pop(i, ctrl_c=(i == 2))
+            except Stop:
+                log.append(f"Stop at yield {i}")
+        return i
+
+    def swapping(signum, handler):
+        if handler is ours and armed == [1]:  # taken back at yield 2, before its save
+            armed.append(2)
+            fire(signal.SIGINT)  # Ctrl-C 1: the body's handler runs before the swap
+        return real(signum, handler)
+    _signals._set_handler = swapping
+
+    try:
+        out["result"] = body()
+    except BaseException as err:
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        out["result"] = f"{type(err).__name__} in {where.name}"
+    out["log"] = log
+    print(json.dumps(out))
+"""
+
+
+def test_a_second_ctrl_c_raises_at_once_after_the_bodys_own_handler_took_the_first(
+    tmp_path: Path
+) -> None:
+    """The body's SIGINT handler raised its own exception for the first Ctrl-C as the
+    handler changed hands; 9aa2617 took that for another signal's error, and held the
+    second Ctrl-C (during the save) as if it were the first: it raises at once again."""
+    out = _child(_BODY_HANDLER, str(tmp_path / "store"))
+    assert out["result"] == "KeyboardInterrupt in _on_sigint", out
+    assert out["log"] == ["the body's handler ran"], out

@@ -76,3 +76,134 @@ def test_a_sigterm_as_a_finished_call_leaves_still_ends_the_program(
     again = run("plain")  # the run was complete: the next process gets its result
     assert again.returncode == 0, again.stderr
     assert "result 3" in again.stdout, again.stdout
+
+
+# -- review 58 ------------------------------------------------------------------------------
+
+_ERROR_AFTER = """
+import os, signal, sys
+from resumable import checkpointed
+from resumable._uploader import Uploader
+
+@checkpointed(store={store!r}, run_id="r")
+def f(*, state=None):
+    s = state or 0
+    s += 1
+    yield s
+    if {mode!r} == "unpicklable":
+        os.kill(os.getpid(), signal.SIGTERM)  # the pod is being stopped
+        yield (lambda: 0)  # and the next state cannot be pickled: SerializationError
+    raise ValueError("the body's own error")
+
+def hook(frame, event, arg):  # a SIGTERM during the failed call's cleanup
+    if event == "call" and frame.f_code is Uploader.close.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+if {mode!r} == "error":
+    sys.setprofile(hook)
+f()
+"""
+
+
+@pytest.mark.parametrize(("mode", "code", "error"), [
+    ("unpicklable", 70, "SerializationError"), ("error", 1, "ValueError: the body's own")])
+def test_an_error_that_ends_the_call_after_a_sigterm_is_kept(
+    tmp_path: Path, mode: str, code: int, error: str
+) -> None:
+    """d08eb95 raised Terminated (exit 143, no traceback) over any error the call ended
+    with after a SIGTERM: a SerializationError (fatal, 70) read as a plain SIGTERM."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(_ERROR_AFTER.format(store=str(tmp_path / "s"),
+                                                          mode=mode)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-3000:])
+    assert error in proc.stderr, proc.stderr[-3000:]
+
+
+_CLOSED = """
+import os, signal, sys, time
+from resumable import checkpointed
+from resumable._uploader import Uploader
+
+@checkpointed(store={store!r}, run_id="r")
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+    return s
+
+def hook(frame, event, arg):  # a SIGTERM as the closed iterator cleans up
+    if event == "call" and frame.f_code is Uploader.close.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+for s in f.iter(10):
+    if s == 2:
+        sys.setprofile(hook)
+        break  # (the iterator is dropped and closed, as by close())
+print("went on after the break", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # and a second one: ignored for good before
+print("went on after a second SIGTERM", flush=True)
+"""
+
+
+def test_a_sigterm_as_a_closed_iterator_cleans_up_still_ends_the_program(
+    tmp_path: Path
+) -> None:
+    """The run was told to stop as it was closed, and nothing could raise from there:
+    the program went on, and every later SIGTERM was ignored (a pod that runs until its
+    grace period ends). The signal now goes on once the run has saved, as without us."""
+    script = tmp_path / "child.py"
+    store = str(tmp_path / "store")
+    script.write_text(textwrap.dedent(_CLOSED.format(store=store)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode in (-15, EXIT_SIGTERM), (proc.returncode, proc.stderr[-3000:])
+    assert "went on" not in proc.stdout, proc.stdout
+    from resumable._run import Run
+    from resumable.stores import open_store
+    latest = Run(open_store(store), "r").load_latest()
+    assert latest is not None and latest.state == 2  # what the consumer held
+
+
+_INTERACTIVE = """
+import os, signal, sys
+from resumable import checkpointed
+from resumable._uploader import Uploader
+signal.signal(signal.SIGTERM, lambda s, f: print("app handler called", flush=True))
+
+@checkpointed(store={store!r}, run_id="r")
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+    return s
+
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is Uploader.close.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+sys.setprofile(hook)
+try:
+    print("result", f(3), flush=True)
+except KeyboardInterrupt as err:
+    print("stopped by", type(err).__name__, flush=True)
+"""
+
+
+def test_an_interactive_session_calls_the_applications_handler_as_a_call_ends(
+    tmp_path: Path
+) -> None:
+    """In `python -i` the session lives on; the call that met the SIGTERM as it ended
+    stops, and the application's own handler is called, as during a run."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(_INTERACTIVE.format(store=str(tmp_path / "s"))))
+    proc = subprocess.run([sys.executable, "-i", str(script)], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert "stopped by TerminatedInteractive" in proc.stdout, (proc.stdout, proc.stderr)
+    assert proc.stdout.count("app handler called") == 1, (proc.stdout, proc.stderr)
