@@ -159,14 +159,24 @@ def test_an_iterator_handed_to_another_thread_is_not_taken_for_nested(
     it = slow.iter()
     assert next(it) == 1
     got: list[Any] = []
-    worker = threading.Thread(target=lambda: got.extend(it))
+    errors: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            got.extend(it)
+        except BaseException as err:
+            errors.append(err)
+
+    worker = threading.Thread(target=drive)
     worker.start()
     assert took.wait(60)
-    mine = list(other.iter())  # while slow's body runs in the worker
-    assert other() == 3
-    go_on.set()
+    mine = other.iter()  # started while slow's body runs in the worker, and left open
+    first = next(mine)
+    go_on.set()  # slow's body yields while `other` is open here
     worker.join(60)
-    assert got == [2, 3, 4, 5] and mine == [1, 2, 3]
+    assert not errors, errors
+    assert [first, *mine] == [1, 2, 3]
+    assert got == [2, 3, 4, 5]
 
 
 def test_a_failed_generations_iterator_kept_by_a_cycle_does_not_refuse_the_restart(
