@@ -368,6 +368,7 @@ class _Execution:
         self.suspended = False  # at a yield: the consumer runs, not the body
         # the run whose body this run last handed a state to (see _signals.consumer_body)
         self.within: _signals.Active | None = None
+        self.body_thread = self.thread  # the thread that resumed the body last
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -912,8 +913,9 @@ class _Execution:
         try:
             while True:
                 # (the thread that runs the body now: an iterator may be handed to another
-                # thread, and the signal handling needs the one it runs in; review 58)
-                self.thread = threading.current_thread()
+                # thread; review 58. self.thread stays the one that began the run: the
+                # SIGTERM handling stops and saves a consumer there, review 59)
+                self.body_thread = threading.current_thread()
                 try:
                     yielded = self._resume(gen)
                 except StopIteration as stop:
@@ -1012,6 +1014,9 @@ class _Execution:
                             second = _signals.shield(came)
                         if second is not None:
                             raise second  # a second Ctrl-C: at once
+                    # (first: in between, this run would look like a body running in the
+                    # thread that last resumed it; review 59)
+                    self.body_thread = threading.current_thread()
                     self.suspended = False
                 self.handed = False  # (the finally above completed: the body goes on)
         except _signals.TERMINATION as err:
@@ -1062,7 +1067,8 @@ class _Execution:
                 # for the cycle collector, and with it the last snapshot (a copy of the
                 # state). The uploader keeps the job it has yet to run (review 39).
                 self.last_job = None
-            if self.terminate and leaving is None and self.thread is threading.main_thread():
+            if (self.terminate and leaving is None
+                    and self.body_thread is threading.main_thread()):
                 # The SIGTERM was handled after the call's last look at the flag (as it
                 # returned, or in the cleanup above): the run is saved and has left, so
                 # nothing else acts on it, and the program went on. (Later, with the run
@@ -1075,12 +1081,15 @@ class _Execution:
                             else "exiting with 143")
                 _signals.chain_once()
                 raise _signals.terminated()
-            if self.terminate and isinstance(leaving, GeneratorExit):
-                # Closed as the SIGTERM came (close(), a break, the garbage collector:
-                # nothing can be raised from there): the state its consumer held is
-                # saved; the signal goes on as if the library were not there (review 58:
-                # the program went on, and later SIGTERMs were ignored).
-                _signals.redeliver()
+            if self.terminate and not isinstance(leaving, _signals.TERMINATION):
+                # Left without acting on the SIGTERM: an error (kept), or closed as it came
+                # (close(), a break, the garbage collector: nothing can be raised from
+                # there). The next SIGTERM is served afresh; and a closed one, whose state
+                # is saved, sends it again once the other runs have saved too: it goes on
+                # as if the library were not there (review 58: the program went on, and
+                # later SIGTERMs were ignored for good; review 59: also with a run in
+                # another thread).
+                _signals.not_acted(redeliver=isinstance(leaving, GeneratorExit))
 
 
 def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:

@@ -118,6 +118,7 @@ class Active(Protocol):
     thread: threading.Thread
     suspended: bool  # at a yield: its consumer (not its body) is running
     within: Active | None  # the run whose body it last handed a state to (in that thread)
+    body_thread: threading.Thread  # the thread that resumed its body last
 
     def where(self) -> str: ...  # the run, as messages name it
     def on_sigterm(self) -> None: ...  # set flags only: runs inside the signal handler
@@ -325,6 +326,7 @@ def leave(run: Active) -> None:
         _lock.notify_all()
         if _runs:
             return
+        _redeliver_if_done()
         if _term_at is not None and interactive():
             _reset_term()  # the session lives on: a later SIGTERM starts afresh
         if _term_at is None:
@@ -332,8 +334,8 @@ def leave(run: Active) -> None:
 
 
 def _reset_term() -> None:
-    global _term_at, _chained
-    _term_at, _chained = None, False
+    global _term_at, _chained, _left_unacted, _redeliver
+    _term_at, _chained, _left_unacted, _redeliver = None, False, False, False
     _flagged.clear()
 
 
@@ -390,7 +392,7 @@ def consumer_body(run: Active) -> Active | None:
         return None
     here = threading.current_thread()
     for other in reversed(list(runs)):
-        if other is not run and other.thread is here and not other.suspended:
+        if other is not run and other.body_thread is here and not other.suspended:
             return other
     return None
 
@@ -420,7 +422,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signum)
         return
     runs = list(_runs)
-    if not runs and _term_at is not None and not (_unwinding or _shutting_down):
+    if not runs and _left_unacted and not (_unwinding or _shutting_down):
         # The runs a SIGTERM stopped have all left, and the program goes on (a call that
         # ended with an error it caught, an iterator closed as it came): this one is
         # served afresh, as if we were not installed (review 58: ignored for good).
@@ -564,10 +566,29 @@ def chain_once() -> None:
     _chain(signal.SIGTERM, None)
 
 
-def redeliver() -> None:
-    """A SIGTERM that a run was told of and could not act on (closed, not called): sent
-    again, for the handler to serve once the runs that remain have saved."""
-    if os.getpid() == _owner:
+_left_unacted = False  # a run told of the SIGTERM left without acting on it
+_redeliver = False  # ... closed as it came: the SIGTERM is sent again once no run is left
+
+
+def not_acted(redeliver: bool) -> None:
+    """A run told of the SIGTERM left without acting on it (an error, kept; or closed,
+    ``redeliver``): a SIGTERM that finds no run left is served afresh; a closed run's is
+    sent again, for the handler to serve as without us, once no run is left."""
+    global _left_unacted, _redeliver
+    if os.getpid() != _owner or _term_at is None:
+        return
+    _left_unacted = True
+    if redeliver:
+        with _lock:
+            _redeliver = True
+            _redeliver_if_done()
+
+
+def _redeliver_if_done() -> None:
+    """(with _lock held) The last run left: send a pending SIGTERM again."""
+    global _redeliver
+    if _redeliver and not _runs:
+        _redeliver = False
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -685,7 +706,11 @@ def _holds_another() -> bool:
     tb = err.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code is code:
-            return False
+            # (one handler may serve SIGINT and another signal: the signal it ran for,
+            # its signum argument, says which; review 59)
+            signum = tb.tb_frame.f_locals.get(code.co_varnames[code.co_argcount - 2]) \
+                if code.co_argcount >= 2 else None
+            return isinstance(signum, int) and signum != _SIGINT
         tb = tb.tb_next
     return True
 
@@ -921,7 +946,7 @@ def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
-    global _ctrl_c_after
+    global _ctrl_c_after, _left_unacted, _redeliver
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
@@ -944,6 +969,7 @@ def _after_fork_in_child() -> None:
     _installed = _pinned = _chained = False
     _term_at = None
     _exit_143 = _interrupt_main = False
+    _left_unacted = _redeliver = False
     _runs.clear()
     _flagged.clear()
 

@@ -223,3 +223,22 @@ def test_a_second_ctrl_c_raises_at_once_after_the_bodys_own_handler_took_the_fir
     out = _child(_BODY_HANDLER, str(tmp_path / "store"))
     assert out["result"] == "KeyboardInterrupt in _on_sigint", out
     assert out["log"] == ["the body's handler ran"], out
+
+
+_INSTALL = "        signal.signal(signal.SIGINT, on_int)  # (the body's: taken over while"
+_SHARED = _BODY_HANDLER.replace(
+    _INSTALL, "        signal.signal(signal.SIGHUP, on_int)  # one handler for both\n" + _INSTALL
+).replace("fire(signal.SIGINT)  # Ctrl-C 1", "fire(signal.SIGHUP)  # a SIGHUP, not a Ctrl-C")
+
+
+def test_a_handler_shared_with_another_signal_does_not_make_a_first_ctrl_c_second(
+    tmp_path: Path
+) -> None:
+    """The body's one stop handler for SIGINT and SIGHUP ran for a SIGHUP as the handler
+    changed hands: its exception was taken for a Ctrl-C's (its frame was the lent
+    handler's), so the first Ctrl-C, during the save, raised at once in the library's
+    code (review 59). The signal it ran for decides now."""
+    out = _child(_SHARED, str(tmp_path / "store"))
+    assert out["result"] == 5, out
+    assert out["log"] == ["the body's handler ran", "Ctrl-C 2 did not raise", "Stop at yield 2",
+                          "the body's handler ran", "Stop at yield 3"], out
