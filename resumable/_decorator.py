@@ -369,6 +369,7 @@ class _Execution:
         # the run whose body this run last handed a state to (see _signals.consumer_body)
         self.within: _signals.Active | None = None
         self.body_thread = self.thread  # the thread that resumed the body last
+        self.leaving: BaseException | None = None  # what the run ends with, if it raises
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -1051,6 +1052,7 @@ class _Execution:
             leaving = err
             raise
         finally:
+            self.leaving = leaving  # (read by _signals.leave: see there)
             # Each step runs even if one before it fails (a body whose cleanup raises):
             # a run left registered would keep the SIGTERM handler installed.
             with contextlib.ExitStack() as cleanup:
@@ -1081,15 +1083,6 @@ class _Execution:
                             else "exiting with 143")
                 _signals.chain_once()
                 raise _signals.terminated()
-            if self.terminate and not isinstance(leaving, _signals.TERMINATION):
-                # Left without acting on the SIGTERM: an error (kept), or closed as it came
-                # (close(), a break, the garbage collector: nothing can be raised from
-                # there). The next SIGTERM is served afresh; and a closed one, whose state
-                # is saved, sends it again once the other runs have saved too: it goes on
-                # as if the library were not there (review 58: the program went on, and
-                # later SIGTERMs were ignored for good; review 59: also with a run in
-                # another thread).
-                _signals.not_acted(redeliver=isinstance(leaving, GeneratorExit))
 
 
 def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:

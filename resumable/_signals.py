@@ -118,6 +118,8 @@ class Active(Protocol):
     thread: threading.Thread
     suspended: bool  # at a yield: its consumer (not its body) is running
     within: Active | None  # the run whose body it last handed a state to (in that thread)
+    terminate: bool  # told of a SIGTERM
+    leaving: BaseException | None  # what it ends with, if it raises (set as it ends)
     body_thread: threading.Thread  # the thread that resumed its body last
 
     def where(self) -> str: ...  # the run, as messages name it
@@ -134,6 +136,9 @@ _runs: list[Active] = []
 _installed = False
 _pinned = False  # install_signal_handlers() was called: stays installed
 _previous: Any = None
+_left_unacted = False  # a run told of the SIGTERM left without acting on it (see leave)
+_redeliver = False  # ... one closed as it came: the SIGTERM is sent again once none is left
+_error_kept = False  # ... one ended with an error, kept: no SIGTERM is sent again over it
 _owner = 0  # the pid that installed the handler
 _warned = False
 _term_at: float | None = None  # when the SIGTERM being served arrived
@@ -319,23 +324,44 @@ def enter(run: Active) -> None:
 
 
 def leave(run: Active) -> None:
-    """A run ends (saved, failed or stopped)."""
+    """A run ends (saved, failed or stopped).
+
+    A run told of a SIGTERM that leaves without acting on it (``run.leaving``: an error,
+    kept, or GeneratorExit: an ``f.iter`` iterator closed as it came, by ``close()``, a
+    ``break`` or the collector, where nothing can be raised) lets the next SIGTERM be
+    served afresh (review 58: all later ones were ignored); a closed one's is sent again
+    once no run is left, to go on as if we were not there (the application's handler, or
+    the default action). Not over a kept error, which says more (review 60: a
+    SerializationError lost to the default action), nor a second time to an application
+    handler already called for it."""
+    global _left_unacted, _redeliver, _error_kept
+    send = False
     with _lock:
         if run in _runs:
             _runs.remove(run)
         _lock.notify_all()
+        leaving = run.leaving
+        if run.terminate and leaving is not None and not isinstance(leaving, TERMINATION):
+            _left_unacted = True
+            if isinstance(leaving, GeneratorExit):
+                _redeliver = True
+            else:
+                _error_kept = True
         if _runs:
             return
-        _redeliver_if_done()
+        send = _redeliver and not _error_kept and not _chained and os.getpid() == _owner
+        _redeliver = False
         if _term_at is not None and interactive():
             _reset_term()  # the session lives on: a later SIGTERM starts afresh
         if _term_at is None:
             _uninstall()
+    if send:  # (outside the lock: the handler, or the application's, runs now)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reset_term() -> None:
-    global _term_at, _chained, _left_unacted, _redeliver
-    _term_at, _chained, _left_unacted, _redeliver = None, False, False, False
+    global _term_at, _chained, _left_unacted, _redeliver, _error_kept
+    _term_at, _chained, _left_unacted, _redeliver, _error_kept = None, False, False, False, False
     _flagged.clear()
 
 
@@ -445,6 +471,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     for run in told:
         run.on_sigterm()
     threading.Thread(target=_watchdog, name="resumable-sigterm", daemon=True).start()
+    if _shutting_down:
+        # The script is over (the exit hook saves what iterators hold, joins threads):
+        # whatever the runs do now, the exit is 143 once they saved (review 60: a run
+        # the exit hook was closing in the main thread made it exit 0).
+        _exit_143 = True
     mains = [r for r in runs if r.thread is threading.main_thread()]
     if mains and all(r.suspended for r in mains):
         # An f.iter consumer is working on a yielded state: stop it now, not at its next
@@ -566,30 +597,6 @@ def chain_once() -> None:
     _chain(signal.SIGTERM, None)
 
 
-_left_unacted = False  # a run told of the SIGTERM left without acting on it
-_redeliver = False  # ... closed as it came: the SIGTERM is sent again once no run is left
-
-
-def not_acted(redeliver: bool) -> None:
-    """A run told of the SIGTERM left without acting on it (an error, kept; or closed,
-    ``redeliver``): a SIGTERM that finds no run left is served afresh; a closed run's is
-    sent again, for the handler to serve as without us, once no run is left."""
-    global _left_unacted, _redeliver
-    if os.getpid() != _owner or _term_at is None:
-        return
-    _left_unacted = True
-    if redeliver:
-        with _lock:
-            _redeliver = True
-            _redeliver_if_done()
-
-
-def _redeliver_if_done() -> None:
-    """(with _lock held) The last run left: send a pending SIGTERM again."""
-    global _redeliver
-    if _redeliver and not _runs:
-        _redeliver = False
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _chain(signum: int, frame: FrameType | None) -> None:
@@ -946,7 +953,7 @@ def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
-    global _ctrl_c_after, _left_unacted, _redeliver
+    global _ctrl_c_after, _left_unacted, _redeliver, _error_kept
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
@@ -969,7 +976,7 @@ def _after_fork_in_child() -> None:
     _installed = _pinned = _chained = False
     _term_at = None
     _exit_143 = _interrupt_main = False
-    _left_unacted = _redeliver = False
+    _left_unacted = _redeliver = _error_kept = False
     _runs.clear()
     _flagged.clear()
 
