@@ -1041,9 +1041,13 @@ class _Execution:
         except GeneratorExit as err:  # an f.iter consumer stopped early: keep what it holds
             # (raised at the yield: the body is paused there, interrupted or not)
             leaving = err
-            if self.step > start_step:
-                self._checkpoint(self.held, self.step, force=True)
-            self._flush_last()
+            try:
+                if self.step > start_step:
+                    self._checkpoint(self.held, self.step, force=True)
+                self._flush_last()
+            except BaseException as failed:  # (the save's error is what the run ends
+                leaving = failed  # with: kept, not taken for a close; review 61)
+                raise
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
                             self._saved_step())

@@ -139,6 +139,8 @@ _previous: Any = None
 _left_unacted = False  # a run told of the SIGTERM left without acting on it (see leave)
 _redeliver = False  # ... one closed as it came: the SIGTERM is sent again once none is left
 _error_kept = False  # ... one ended with an error, kept: no SIGTERM is sent again over it
+_acting = False  # a main-thread call that returned raises Terminated for it: none either
+_sent_again = False  # sent again (an interactive session's exit does not chain it again)
 _owner = 0  # the pid that installed the handler
 _warned = False
 _term_at: float | None = None  # when the SIGTERM being served arrived
@@ -334,7 +336,7 @@ def leave(run: Active) -> None:
     the default action). Not over a kept error, which says more (review 60: a
     SerializationError lost to the default action), nor a second time to an application
     handler already called for it."""
-    global _left_unacted, _redeliver, _error_kept
+    global _left_unacted, _redeliver, _error_kept, _acting, _sent_again
     send = False
     with _lock:
         if run in _runs:
@@ -347,21 +349,29 @@ def leave(run: Active) -> None:
                 _redeliver = True
             else:
                 _error_kept = True
+        elif (run.terminate and leaving is None
+              and run.body_thread is threading.main_thread()):
+            # a call returning in the main thread: it raises Terminated and calls the
+            # application's handler itself, next (review 61: called twice)
+            _acting = True
         if _runs:
             return
-        send = _redeliver and not _error_kept and not _chained and os.getpid() == _owner
+        send = (_redeliver and not (_error_kept or _chained or _acting)
+                and os.getpid() == _owner)
         _redeliver = False
         if _term_at is not None and interactive():
             _reset_term()  # the session lives on: a later SIGTERM starts afresh
         if _term_at is None:
             _uninstall()
     if send:  # (outside the lock: the handler, or the application's, runs now)
+        _sent_again = True  # (the exit's chain_once does not call it again: review 61)
         os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reset_term() -> None:
-    global _term_at, _chained, _left_unacted, _redeliver, _error_kept
-    _term_at, _chained, _left_unacted, _redeliver, _error_kept = None, False, False, False, False
+    global _term_at, _chained, _left_unacted, _redeliver, _error_kept, _acting
+    _term_at, _chained = None, False
+    _left_unacted = _redeliver = _error_kept = _acting = False
     _flagged.clear()
 
 
@@ -442,7 +452,7 @@ def forget_within(run: Active) -> None:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
-    global _term_at, _interrupt_main, _exit_143
+    global _term_at, _interrupt_main, _exit_143, _sent_again
     if os.getpid() != _owner:  # a child forked without our at-fork reset
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -466,7 +476,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
                 _flagged.append(run)
                 run.on_sigterm()
         return
-    _term_at = time.monotonic()
+    _term_at, _sent_again = time.monotonic(), False
     _flagged.extend(told)
     for run in told:
         run.on_sigterm()
@@ -588,8 +598,10 @@ def chain_once() -> None:
     """After the runs saved: call the application's own SIGTERM handler, once."""
     global _chained
     if _term_at is None and interactive() and not _runs and callable(_previous):
-        # (the last run left, and leave() began the session afresh: review 58)
-        _previous(signal.SIGTERM, None)
+        # (the last run left, and leave() began the session afresh: review 58; unless
+        # leave() sent the signal again, to that handler: review 61)
+        if not _sent_again:
+            _previous(signal.SIGTERM, None)
         return
     if _chained or _term_at is None:
         return
@@ -953,7 +965,7 @@ def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
-    global _ctrl_c_after, _left_unacted, _redeliver, _error_kept
+    global _ctrl_c_after, _left_unacted, _redeliver, _error_kept, _acting, _sent_again
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
@@ -976,7 +988,7 @@ def _after_fork_in_child() -> None:
     _installed = _pinned = _chained = False
     _term_at = None
     _exit_143 = _interrupt_main = False
-    _left_unacted = _redeliver = _error_kept = False
+    _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
     _runs.clear()
     _flagged.clear()
 

@@ -144,14 +144,14 @@ print("after the break; app handler calls:", len(calls), flush=True)
 _INTERACTIVE_TWICE = """\
 import os, signal, sys, threading
 from resumable import checkpointed, install_signal_handlers
-install_signal_handlers()
+from resumable._uploader import Uploader
 store = sys.argv[1]
 calls = []
 def app(s, f):
     calls.append(s)
     print("app handler called (%d)" % len(calls), flush=True)
 signal.signal(signal.SIGTERM, app)
-
+install_signal_handlers()
 sent, w_at_2 = threading.Event(), threading.Event()
 
 @checkpointed(store=store, run_id="w")
@@ -166,28 +166,30 @@ def consume():
         if s == 2:
             w_at_2.set()
             sent.wait(30)
-            break   # closed after the SIGTERM
-
+            break
 t = threading.Thread(target=consume)
 t.start()
+assert w_at_2.wait(30)
 
-@checkpointed(store=store, run_id="m")
-def m(n, *, state=None):
+@checkpointed(store=store, run_id="f")
+def f(n, *, state=None):
     s = state or 0
     while s < n:
         s += 1
-        if s == 3:
-            assert w_at_2.wait(30)
-            os.kill(os.getpid(), signal.SIGTERM)
-            sent.set()
-            t.join(30)      # W closed and left; M's generation finishes
         yield s
     return s
 
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is Uploader.close.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sent.set()
+        t.join(30)
+sys.setprofile(hook)
 try:
-    m(10)
+    print("f returned", f(3), flush=True)
 except BaseException as e:
-    print("m raised", type(e).__name__, flush=True)
+    print("f raised", type(e).__name__, flush=True)
 print("app handler calls:", len(calls), flush=True)
 """
 
@@ -227,9 +229,92 @@ def test_an_interactive_session_gets_the_signal_of_an_iterator_closed_as_it_came
 def test_one_sigterm_calls_the_applications_handler_once_in_a_session(
     tmp_path: Path
 ) -> None:
-    """One SIGTERM: the main-thread call acts on it (the application's handler called),
-    and a worker's iterator closed after it must not send it again (review 60 saw a
-    second call on b59b654; this test passed there too when I ran it, so it guards the
-    rule, it did not catch the defect)."""
+    """One SIGTERM, in `python -i`: a finished main-thread call meets it in its cleanup
+    and a worker's iterator closes after it. The closed iterator's leave() sent it again
+    to the application's handler before the call called that handler itself: twice
+    (review 61; the first version of this test replaced the library's handler with the
+    application's, so the library never saw the signal)."""
     proc = _run(tmp_path, _INTERACTIVE_TWICE, interactive=True)
+    assert "f raised TerminatedInteractive" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
     assert "app handler calls: 1" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+
+
+# -- review 61 ------------------------------------------------------------------------------
+
+_SAVE_FAILS_AT_CLOSE = """\
+import os, signal, sys
+from resumable import checkpointed
+from resumable._decorator import _Execution
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    s = state or {"i": 0}
+    while s["i"] < n:
+        s["i"] += 1
+        if s["i"] == 2:
+            s["f"] = lambda: 0      # not picklable
+        yield s
+
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+it = a.iter(10)
+for s in it:
+    if s["i"] == 2:
+        break
+if sys.argv[2] == "sigterm":
+    sys.setprofile(hook)
+it.close()
+print("went on after close()", flush=True)
+"""
+
+
+def test_a_save_that_fails_as_a_closed_iterator_saves_keeps_its_error(tmp_path: Path) -> None:
+    """The save at close() failed (SerializationError) as a SIGTERM came: the run was
+    taken for one closed as it came, the signal sent again, and the default action ended
+    the process (-15) with no message."""
+    proc = _run(tmp_path, _SAVE_FAILS_AT_CLOSE, "sigterm")
+    assert proc.returncode == EXIT_SERIALIZATION, (proc.returncode, proc.stderr[-3000:])
+    assert "SerializationError" in proc.stderr
+
+
+_AT_EXIT_INTERACTIVE = """\
+import os, signal, sys
+from resumable import checkpointed
+from resumable._decorator import _Execution
+calls = []
+if sys.argv[2] == "app":
+    def on_term(s, f):
+        calls.append(s)
+        print("app handler called", len(calls), flush=True)
+    signal.signal(signal.SIGTERM, on_term)
+
+@checkpointed(store=sys.argv[1], run_id="a")
+def a(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+
+it = a.iter(10)
+next(it); next(it)
+
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._flush_last.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+sys.setprofile(hook)
+print("script over", flush=True)
+"""
+
+
+def test_a_sigterm_during_the_exit_time_save_calls_the_handler_once_in_a_session(
+    tmp_path: Path
+) -> None:
+    """`python -i`, the session over: the exit hook's save of an open iterator met the
+    SIGTERM; the signal sent again reached the application's handler, and the exit
+    called it a second time."""
+    proc = _run(tmp_path, _AT_EXIT_INTERACTIVE, "app", interactive=True)
+    assert proc.stdout.count("app handler called") == 1, (proc.stdout, proc.stderr[-3000:])
