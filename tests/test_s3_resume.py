@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import random
 from collections.abc import Callable, Generator
 from typing import Any
@@ -200,23 +199,10 @@ def test_64mib_numpy_state_resumes_bit_exactly(
 
 
 def _fails_fast_in_one_line(fn: Callable[[], object], *needles: str) -> str:
-    # "Fast" is a behaviour, not a speed (as in test_s3_store): never retried.
-    from tests.test_s3_store import _Retries
+    # "Fast" is a behaviour, not a speed: never retried (test_s3_store's check).
+    from tests.test_s3_store import _assert_fast_one_line_error
 
-    retries = _Retries()
-    logger = logging.getLogger("resumable")
-    logger.addHandler(retries)
-    try:
-        with pytest.raises(StoreError) as info:
-            fn()
-    finally:
-        logger.removeHandler(retries)
-    assert not retries.messages, retries.messages
-    message = str(info.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert needle in message, message
-    return message
+    return _assert_fast_one_line_error(fn, *needles)
 
 
 def test_missing_bucket_through_the_decorator(

@@ -20,12 +20,17 @@ from resumable.stores import open_store
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, code: str, *args: str, interactive: bool = False
+         ) -> subprocess.CompletedProcess[str]:
+    """``code`` as a child script, given its store folder (``tmp_path/store``) and
+    ``args``; ``interactive``: under ``python -i`` (stdin is empty either way)."""
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(code))
-    return subprocess.run([sys.executable, str(script), str(tmp_path / "store"), *args],
-                          capture_output=True, text=True, timeout=90, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, *(["-i"] if interactive else []), str(script),
+         str(tmp_path / "store"), *args],
+        capture_output=True, text=True, timeout=90, cwd=ROOT, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 _POOL = """

@@ -8,26 +8,10 @@ moment with events or a profile hook.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from resumable._errors import EXIT_SERIALIZATION, EXIT_SIGTERM
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(tmp_path: Path, code: str, *args: str, interactive: bool = False
-         ) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "child.py"
-    script.write_text(code)
-    return subprocess.run(
-        [sys.executable, *(["-i"] if interactive else []), str(script),
-         str(tmp_path / "store"), *args],
-        capture_output=True, text=True, timeout=90, cwd=ROOT, stdin=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)))
-
+from tests.test_sigterm_review59 import _run
 
 _ERROR_KEPT = """\
 import os, signal, sys, threading
