@@ -488,6 +488,12 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         _exit_143 = True
     mains = [r for r in runs if r.thread is threading.main_thread()]
     if mains and all(r.suspended for r in mains):
+        if _shutting_down:
+            # The consumer is the exit hook, which closes these iterators (or is about
+            # to): they save what they hold, flagged, and the exit is 143. Raised into
+            # the hook, the close was taken for a failed save (review 61: the state was
+            # lost, and the exit waited twice the timeout for a run that had no save).
+            return
         # An f.iter consumer is working on a yielded state: stop it now, not at its next
         # request; closing the run's iterator saves the state it holds.
         raise terminated()
