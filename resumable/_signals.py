@@ -615,8 +615,6 @@ def chain_once() -> None:
     _chain(signal.SIGTERM, None)
 
 
-
-
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
     if callable(previous):
