@@ -408,16 +408,8 @@ def _outermost(runs: list[Active]) -> list[Active]:
 
 def _in_a_body() -> bool:
     """This thread runs a run's body (with _lock held)."""
-    return _body_here() is not None
-
-
-def _body_here() -> Active | None:
-    """The run whose body this thread runs (the innermost), if any (with _lock held)."""
     here = threading.current_thread()
-    for run in reversed(_runs):
-        if run.thread is here and not run.suspended:
-            return run
-    return None
+    return any(run.thread is here and not run.suspended for run in _runs)
 
 
 def consumer_body(run: Active) -> Active | None:
