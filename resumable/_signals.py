@@ -120,6 +120,7 @@ class Active(Protocol):
     within: Active | None  # the run whose body it last handed a state to (in that thread)
     terminate: bool  # told of a SIGTERM
     leaving: BaseException | None  # what it ends with, if it raises (set as it ends)
+    closed: bool  # its iterator was closed (leaving: its save's error, if that failed)
     body_thread: threading.Thread  # the thread that resumed its body last
 
     def where(self) -> str: ...  # the run, as messages name it
@@ -139,6 +140,9 @@ _previous: Any = None
 _left_unacted = False  # a run told of the SIGTERM left without acting on it (see leave)
 _redeliver = False  # ... one closed as it came: the SIGTERM is sent again once none is left
 _error_kept = False  # ... one ended with an error, kept: no SIGTERM is sent again over it
+# ... the errors of closed iterators' saves: kept until Python drops one (a finalizer's)
+_kept_at_close: list[BaseException] = []
+_previous_unraisablehook: Any = None
 _acting = False  # a main-thread call that returned raises Terminated for it: none either
 _sent_again = False  # sent again (an interactive session's exit does not chain it again)
 _owner = 0  # the pid that installed the handler
@@ -148,6 +152,7 @@ _flagged: list[Active] = []  # runs told to stop by it
 _chained = False
 _exit_hook = False
 _shutting_down = False  # _at_exit ran: the main thread's script is over, threads are joined
+_exit_closed = False  # ... and closed the iterators left open in the main thread
 _exit_143 = False  # a SIGTERM came during that join: exit 143 once the runs saved
 _interrupt_main = False  # the watchdog's own SIGTERM: the main thread's run missed the deadline
 _previous_excepthook: Any = None
@@ -292,6 +297,7 @@ def _hook_exit() -> None:
         threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
     except RuntimeError:  # shutdown has begun: _at_exit has nothing left to do
         _at_exit_started()
+        _at_exit_closed()
 
 
 def enter(run: Active) -> None:
@@ -347,6 +353,12 @@ def leave(run: Active) -> None:
             _left_unacted = True
             if isinstance(leaving, GeneratorExit):
                 _redeliver = True
+            elif run.closed:
+                # Its save failed as it closed: raised from close(), the error says more
+                # than the signal; dropped by a finalizer (a break), it reaches nobody,
+                # and the signal is sent again then (review 62: lost, exit 0)
+                _kept_at_close.append(leaving)
+                _watch_dropped_errors()
             else:
                 _error_kept = True
         elif (run.terminate and leaving is None
@@ -356,7 +368,7 @@ def leave(run: Active) -> None:
             _acting = True
         if _runs:
             return
-        send = (_redeliver and not (_error_kept or _chained or _acting)
+        send = (_redeliver and not (_error_kept or _kept_at_close or _chained or _acting)
                 and os.getpid() == _owner)
         _redeliver = False
         if _term_at is not None and interactive():
@@ -373,6 +385,35 @@ def _reset_term() -> None:
     _term_at, _chained = None, False
     _left_unacted = _redeliver = _error_kept = _acting = False
     _flagged.clear()
+    if not interactive():  # (a session's close error may still be dropped: see leave)
+        _kept_at_close.clear()
+
+
+def _watch_dropped_errors() -> None:
+    """Have ``_dropped`` see the exceptions Python prints and drops (with _lock held)."""
+    global _previous_unraisablehook
+    if sys.unraisablehook is not _unraisable:
+        _previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _unraisable
+
+
+def _unraisable(unraisable: Any) -> None:
+    (_previous_unraisablehook or sys.__unraisablehook__)(unraisable)
+    _dropped(unraisable.exc_value)
+
+
+def _dropped(err: BaseException | None) -> None:
+    """``err`` was dropped by a finalizer: if it is a closed iterator's save error that
+    kept a SIGTERM from being sent again (see leave), it keeps it no longer."""
+    global _sent_again
+    with _lock:
+        if not any(e is err for e in _kept_at_close):
+            return
+        _kept_at_close[:] = [e for e in _kept_at_close if e is not err]
+        if (_runs or _kept_at_close or _error_kept or _chained or _acting
+                or os.getpid() != _owner):
+            return
+    _sent_again = True
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def terminating() -> bool:
@@ -450,7 +491,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signum)
         return
     runs = list(_runs)
-    if not runs and _left_unacted and not (_unwinding or _shutting_down):
+    if not runs and _left_unacted and not (_unwinding or _script_over()):
         # The runs a SIGTERM stopped have all left, and the program goes on (a call that
         # ended with an error it caught, an iterator closed as it came): this one is
         # served afresh, as if we were not installed (review 58: ignored for good).
@@ -473,24 +514,27 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     for run in told:
         run.on_sigterm()
     threading.Thread(target=_watchdog, name="resumable-sigterm", daemon=True).start()
-    if _shutting_down:
+    over = _script_over(frame)
+    if over:
         # The script is over (the exit hook saves what iterators hold, joins threads):
         # whatever the runs do now, the exit is 143 once they saved (review 60: a run
         # the exit hook was closing in the main thread made it exit 0).
         _exit_143 = True
     mains = [r for r in runs if r.thread is threading.main_thread()]
     if mains and all(r.suspended for r in mains):
-        if _shutting_down:
-            # The consumer is the exit hook, which closes these iterators (or is about
-            # to): they save what they hold, flagged, and the exit is 143. Raised into
-            # the hook, the close was taken for a failed save (review 61: the state was
-            # lost, and the exit waited twice the timeout for a run that had no save).
+        if over and not _exit_closed:
+            # The consumer is Python's shutdown, whose exit hooks (ours among them, maybe
+            # after another's, say a process pool's join) close these iterators: they
+            # save what they hold, flagged, and the exit is 143. Raised into a hook, the
+            # close was taken for a failed save, or ours was skipped (reviews 61, 62: the
+            # state was lost). A consumer in an atexit function, after ours closed the
+            # others, is stopped at once as during the script (review 62).
             return
         # An f.iter consumer is working on a yielded state: stop it now, not at its next
         # request; closing the run's iterator saves the state it holds.
         raise terminated()
     if not mains:
-        if _shutting_down or not threading.main_thread().is_alive():
+        if over or not threading.main_thread().is_alive():
             # The script is over and Python joins the runs' threads: an exception here
             # would be ignored (exit 0). Let the join end as the runs save; exit 143 then.
             _exit_143 = True
@@ -622,35 +666,92 @@ def _at_exit_started() -> None:
     _shutting_down = True
 
 
+def _at_exit_closed() -> None:
+    global _exit_closed
+    _exit_closed = True
+
+
+def _script_over(frame: FrameType | None = None) -> bool:
+    """The main thread's script is over: Python's shutdown has begun (threading's exit
+    hooks, ours among them, or one registered after ours that runs before it; the joins
+    of the threads; atexit). ``frame``: the main thread's, interrupted by the handler
+    (in threading's shutdown, before it says so)."""
+    if _shutting_down or getattr(threading, "_SHUTTING_DOWN", False):
+        return True
+    while frame is not None and frame.f_back is not None:
+        frame = frame.f_back
+    return frame is not None and frame.f_code is _SHUTDOWN_CODE
+
+
+_SHUTDOWN_CODE = getattr(getattr(threading, "_shutdown", None), "__code__", None)
+
+
 def _final_exit() -> None:
     """Last exit handler: a SIGTERM that came while Python joined the runs' threads."""
-    if not _exit_143:
+    if not _exit_143 and _app_exit is None:
         return
-    chain_once()
+    _chain_at_exit()
+    code = 143 if _app_exit is None else _exit_status(_app_exit)
     logging.shutdown()  # registered before us, it would not run after os._exit
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-    os._exit(143)
+    os._exit(code)
+
+
+_app_exit: BaseException | None = None  # what the application's handler raised at exit
+
+
+def _chain_at_exit() -> None:
+    """chain_once() at exit: what the application's handler raises (``sys.exit(7)``)
+    decides the exit status, as it does during the script (review 62: raised out of an
+    exit hook, Python printed and dropped it, and the exit was 143)."""
+    global _app_exit
+    try:
+        chain_once()
+    except BaseException as err:
+        _app_exit = err
+
+
+def _exit_status(err: BaseException) -> int:
+    """The status Python exits with for ``err`` raised out of the script (printed as
+    Python prints it)."""
+    if isinstance(err, SystemExit):
+        code = err.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        with contextlib.suppress(Exception):
+            print(code, file=sys.stderr)
+        return 1
+    with contextlib.suppress(Exception):
+        sys.excepthook(type(err), err, err.__traceback__)
+    return 1
 
 
 def _at_exit() -> None:
     """Before the interpreter joins threads: save what suspended runs hold; let the
     runs a SIGTERM stopped in other threads finish their save."""
+    global _app_exit
     _at_exit_started()
-    for run in list(_runs):
-        if run.suspended and (run.thread is threading.current_thread()
-                              or not run.thread.is_alive()):
-            try:
-                run.close_at_exit()
-            except BaseException as err:  # exit goes on; say what was not saved
-                log.error("saving a run at exit failed: %s", err)
+    try:
+        for run in list(_runs):
+            if run.suspended and (run.thread is threading.current_thread()
+                                  or not run.thread.is_alive()):
+                try:
+                    run.close_at_exit()
+                except SystemExit as err:  # the application's handler, reached by the
+                    _app_exit = err  # SIGTERM sent on as the iterator closed: its status
+                    # is the exit's; the save was done (review 62: "saving failed: 7")
+                except BaseException as err:  # exit goes on; say what was not saved
+                    log.error("saving a run at exit failed: %s", err)
+    finally:
+        _at_exit_closed()
     if _term_at is not None:
         # The watchdog acts meanwhile. A save is waited for: Python may not join the
         # run's thread (3.11 marks a thread stopped when the handler's Terminated cut
         # the main thread's join of it), so this wait is all the save gets.
         _wait_for_flagged_saves(_term_at + 2 * term_timeout())
-        chain_once()
+        _chain_at_exit()
         if not interactive():
             threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
 
@@ -985,6 +1086,7 @@ def _after_fork_in_child() -> None:
     _term_at = None
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
+    _kept_at_close.clear()
     _runs.clear()
     _flagged.clear()
 
