@@ -1053,8 +1053,9 @@ class _Execution:
                 leaving = failed  # with: kept, not taken for a close; review 61)
                 raise
             if self.terminate:
-                log.warning("SIGTERM: run %s saved at step %d; exiting with 143", run.where(),
-                            self._saved_step())
+                log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
+                            self._saved_step(), "stopping" if _signals.interactive()
+                            else "exiting with 143")
             raise
         except BaseException as err:
             leaving = err

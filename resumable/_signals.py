@@ -691,7 +691,12 @@ def _final_exit() -> None:
     if not _exit_143 and _app_exit is None:
         return
     _chain_at_exit()
-    code = 143 if _app_exit is None else _exit_status(_app_exit)
+    if _app_exit is not None:
+        code = _exit_status(_app_exit)
+    elif _failed_at_exit is not None and _settings.EXIT_CODES.read():
+        code = _failed_at_exit  # (a pod failure policy must not retry it as saved)
+    else:
+        code = 143
     logging.shutdown()  # registered before us, it would not run after os._exit
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -700,6 +705,7 @@ def _final_exit() -> None:
 
 
 _app_exit: BaseException | None = None  # what the application's handler raised at exit
+_failed_at_exit: int | None = None  # the exit code of an exit-time save's error, if one failed
 
 
 def _chain_at_exit() -> None:
@@ -731,7 +737,7 @@ def _exit_status(err: BaseException) -> int:
 def _at_exit() -> None:
     """Before the interpreter joins threads: save what suspended runs hold; let the
     runs a SIGTERM stopped in other threads finish their save."""
-    global _app_exit
+    global _app_exit, _failed_at_exit
     _at_exit_started()
     try:
         for run in list(_runs):
@@ -744,6 +750,9 @@ def _at_exit() -> None:
                     # is the exit's; the save was done (review 62: "saving failed: 7")
                 except BaseException as err:  # exit goes on; say what was not saved
                     log.error("saving a run at exit failed: %s", err)
+                    code = getattr(err, "exit_code", None)
+                    if isinstance(code, int):  # (a SIGTERM's exit says so: review 62,
+                        _failed_at_exit = code  # it was 143, "saved")
     finally:
         _at_exit_closed()
     if _term_at is not None:

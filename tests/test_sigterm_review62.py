@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from resumable._errors import EXIT_SIGTERM
+from resumable._errors import EXIT_SERIALIZATION, EXIT_SIGTERM
 from tests.test_sigterm_review59 import _run
 
 _HEAD = """\
@@ -119,6 +119,9 @@ def test_an_application_handler_that_exits_at_exit_sets_the_status(
     assert proc.returncode == 7, (proc.returncode, proc.stderr[-3000:])
     assert proc.stdout.count("app handler called") == 1, proc.stdout
     assert "saving a run at exit failed" not in proc.stderr, proc.stderr[-3000:]
+    # (the close's log line said "exiting with 143" in a session too)
+    assert ("saved at step 3; stopping" if interactive else "saved at step 3; exiting with 143"
+            ) in proc.stderr, proc.stderr[-3000:]
     assert "body starts from 3" in _resumed_from(tmp_path, _APP_EXITS)
 
 
@@ -214,3 +217,42 @@ def test_a_break_whose_save_fails_does_not_lose_the_sigterm(
     assert "SerializationError" in proc.stderr, proc.stderr[-3000:]
     assert "went on after the break" not in proc.stdout, (proc.returncode, proc.stderr[-3000:])
     assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-3000:])
+
+
+_EXIT_SAVE_FAILS = """\
+import os, signal, sys
+from resumable import checkpointed
+from resumable._decorator import _Execution
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    s = state or {"i": 0}
+    while s["i"] < n:
+        s["i"] += 1
+        if s["i"] == 2:
+            s["f"] = lambda: 0      # not picklable
+        yield s
+
+it = a.iter(10)
+next(it); next(it)
+def hook(frame, event, arg):  # the SIGTERM as the exit hook begins to close the iterator
+    if event == "call" and frame.f_code is _Execution.close_at_exit.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+if sys.argv[2] == "sigterm":
+    sys.setprofile(hook)
+print("script over", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signal_sent", [True, False], ids=["sigterm", "none"])
+def test_a_sigterm_whose_exit_time_save_fails_exits_with_the_errors_code(
+    tmp_path: Path, signal_sent: bool
+) -> None:
+    """The exit hook's save of an open iterator fails (SerializationError) after a SIGTERM:
+    the exit was 143, which a pod failure policy takes for "saved, retry"; a call in the
+    same case exits 70. Without a SIGTERM the script's own status stands (0)."""
+    proc = _run(tmp_path, _EXIT_SAVE_FAILS, "sigterm" if signal_sent else "none")
+    assert "saving a run at exit failed" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == (EXIT_SERIALIZATION if signal_sent else 0), (
+        proc.returncode, proc.stderr[-3000:])
