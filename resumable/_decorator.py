@@ -370,7 +370,6 @@ class _Execution:
         self.within: _signals.Active | None = None
         self.body_thread = self.thread  # the thread that resumed the body last
         self.leaving: BaseException | None = None  # what the run ends with, if it raises
-        self.closed = False  # its iterator was closed (GeneratorExit at a yield)
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -1041,7 +1040,7 @@ class _Execution:
             raise
         except GeneratorExit as err:  # an f.iter consumer stopped early: keep what it holds
             # (raised at the yield: the body is paused there, interrupted or not)
-            leaving, self.closed = err, True
+            leaving = err
             # only saving is left: a SIGTERM's watchdog does not take this run for a body
             # that reached no yield, and cut its save (review 62: the state was lost)
             self.stopping = True
@@ -1049,8 +1048,16 @@ class _Execution:
                 if self.step > start_step:
                     self._checkpoint(self.held, self.step, force=True)
                 self._flush_last()
-            except BaseException as failed:  # (the save's error is what the run ends
-                leaving = failed  # with: kept, not taken for a close; review 61)
+            except BaseException as failed:
+                # The save's error is what the run ends with: kept, not taken for a close
+                # (review 61). Unless a finalizer closed the iterator (a `break`, the
+                # collector: its weak reference is cleared first), which drops the error
+                # (Python prints it): then it was a close (review 62: the SIGTERM lost).
+                if self.outer is None or self.outer() is not None:
+                    leaving = failed
+                elif self.terminate:  # (said now: the signal sent on may end us first)
+                    log.error("SIGTERM: run %s: saving the state its dropped iterator held "
+                              "failed: %s: %s", run.where(), type(failed).__name__, failed)
                 raise
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),

@@ -120,7 +120,6 @@ class Active(Protocol):
     within: Active | None  # the run whose body it last handed a state to (in that thread)
     terminate: bool  # told of a SIGTERM
     leaving: BaseException | None  # what it ends with, if it raises (set as it ends)
-    closed: bool  # its iterator was closed (leaving: its save's error, if that failed)
     body_thread: threading.Thread  # the thread that resumed its body last
 
     def where(self) -> str: ...  # the run, as messages name it
@@ -140,9 +139,6 @@ _previous: Any = None
 _left_unacted = False  # a run told of the SIGTERM left without acting on it (see leave)
 _redeliver = False  # ... one closed as it came: the SIGTERM is sent again once none is left
 _error_kept = False  # ... one ended with an error, kept: no SIGTERM is sent again over it
-# ... the errors of closed iterators' saves: kept until Python drops one (a finalizer's)
-_kept_at_close: list[BaseException] = []
-_previous_unraisablehook: Any = None
 _acting = False  # a main-thread call that returned raises Terminated for it: none either
 _sent_again = False  # sent again (an interactive session's exit does not chain it again)
 _owner = 0  # the pid that installed the handler
@@ -348,17 +344,11 @@ def leave(run: Active) -> None:
         if run in _runs:
             _runs.remove(run)
         _lock.notify_all()
-        leaving = run.leaving
+        leaving, run.leaving = run.leaving, None  # (its traceback holds the body's frames)
         if run.terminate and leaving is not None and not isinstance(leaving, TERMINATION):
             _left_unacted = True
             if isinstance(leaving, GeneratorExit):
                 _redeliver = True
-            elif run.closed:
-                # Its save failed as it closed: raised from close(), the error says more
-                # than the signal; dropped by a finalizer (a break), it reaches nobody,
-                # and the signal is sent again then (review 62: lost, exit 0)
-                _kept_at_close.append(leaving)
-                _watch_dropped_errors()
             else:
                 _error_kept = True
         elif (run.terminate and leaving is None
@@ -368,7 +358,7 @@ def leave(run: Active) -> None:
             _acting = True
         if _runs:
             return
-        send = (_redeliver and not (_error_kept or _kept_at_close or _chained or _acting)
+        send = (_redeliver and not (_error_kept or _chained or _acting)
                 and os.getpid() == _owner)
         _redeliver = False
         if _term_at is not None and interactive():
@@ -377,7 +367,13 @@ def leave(run: Active) -> None:
             _uninstall()
     if send:  # (outside the lock: the handler, or the application's, runs now)
         _sent_again = True  # (the exit's chain_once does not call it again: review 61)
-        os.kill(os.getpid(), signal.SIGTERM)
+        handler = signal.getsignal(signal.SIGTERM)
+        if (callable(handler) and handler is not _handler
+                and threading.current_thread() is threading.main_thread()):
+            # (ours is uninstalled: called here, what it raises is known for its own)
+            _call_previous(handler, signal.SIGTERM, None)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reset_term() -> None:
@@ -385,35 +381,6 @@ def _reset_term() -> None:
     _term_at, _chained = None, False
     _left_unacted = _redeliver = _error_kept = _acting = False
     _flagged.clear()
-    if not interactive():  # (a session's close error may still be dropped: see leave)
-        _kept_at_close.clear()
-
-
-def _watch_dropped_errors() -> None:
-    """Have ``_dropped`` see the exceptions Python prints and drops (with _lock held)."""
-    global _previous_unraisablehook
-    if sys.unraisablehook is not _unraisable:
-        _previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _unraisable
-
-
-def _unraisable(unraisable: Any) -> None:
-    (_previous_unraisablehook or sys.__unraisablehook__)(unraisable)
-    _dropped(unraisable.exc_value)
-
-
-def _dropped(err: BaseException | None) -> None:
-    """``err`` was dropped by a finalizer: if it is a closed iterator's save error that
-    kept a SIGTERM from being sent again (see leave), it keeps it no longer."""
-    global _sent_again
-    with _lock:
-        if not any(e is err for e in _kept_at_close):
-            return
-        _kept_at_close[:] = [e for e in _kept_at_close if e is not err]
-        if (_runs or _kept_at_close or _error_kept or _chained or _acting
-                or os.getpid() != _owner):
-            return
-    _sent_again = True
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def terminating() -> bool:
@@ -643,7 +610,7 @@ def chain_once() -> None:
         # (the last run left, and leave() began the session afresh: review 58; unless
         # leave() sent the signal again, to that handler: review 61)
         if not _sent_again:
-            _previous(signal.SIGTERM, None)
+            _call_previous(_previous, signal.SIGTERM, None)
         return
     if _chained or _term_at is None:
         return
@@ -654,11 +621,21 @@ def chain_once() -> None:
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
     if callable(previous):
-        previous(signum, frame)
+        _call_previous(previous, signum, frame)
     elif previous == signal.SIG_DFL and _term_at is None:
         # As if we were not installed: the default action (the process dies by SIGTERM).
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
+    """The application's handler; what it raises is marked as its own (see _at_exit)."""
+    global _app_raised
+    try:
+        previous(signum, frame)
+    except BaseException as err:
+        _app_raised = err
+        raise
 
 
 def _at_exit_started() -> None:
@@ -688,13 +665,14 @@ _SHUTDOWN_CODE = getattr(getattr(threading, "_shutdown", None), "__code__", None
 
 def _final_exit() -> None:
     """Last exit handler: a SIGTERM that came while Python joined the runs' threads."""
-    if not _exit_143 and _app_exit is None:
+    failed = _failed_at_exit is not None and _term_at is not None
+    if not (_exit_143 or failed or _app_exit is not None):
         return
     _chain_at_exit()
     if _app_exit is not None:
         code = _exit_status(_app_exit)
-    elif _failed_at_exit is not None and _settings.EXIT_CODES.read():
-        code = _failed_at_exit  # (a pod failure policy must not retry it as saved)
+    elif failed:  # (not 143: a pod failure policy must not retry it as saved; review 62)
+        code = (_failed_at_exit or 1) if _settings.EXIT_CODES.read() else 1
     else:
         code = 143
     logging.shutdown()  # registered before us, it would not run after os._exit
@@ -705,6 +683,7 @@ def _final_exit() -> None:
 
 
 _app_exit: BaseException | None = None  # what the application's handler raised at exit
+_app_raised: BaseException | None = None  # what it raised last (see _chain)
 _failed_at_exit: int | None = None  # the exit code of an exit-time save's error, if one failed
 
 
@@ -725,10 +704,12 @@ def _exit_status(err: BaseException) -> int:
     if isinstance(err, SystemExit):
         code = err.code
         if code is None or isinstance(code, int):
-            return code or 0
+            return (code or 0) & 0xFF  # (what the system keeps of it; os._exit takes a C int)
         with contextlib.suppress(Exception):
             print(code, file=sys.stderr)
         return 1
+    if isinstance(err, KeyboardInterrupt):
+        return 128 + signal.SIGINT  # (as a shell reports a process that SIGINT ended)
     with contextlib.suppress(Exception):
         sys.excepthook(type(err), err, err.__traceback__)
     return 1
@@ -745,10 +726,11 @@ def _at_exit() -> None:
                                   or not run.thread.is_alive()):
                 try:
                     run.close_at_exit()
-                except SystemExit as err:  # the application's handler, reached by the
-                    _app_exit = err  # SIGTERM sent on as the iterator closed: its status
-                    # is the exit's; the save was done (review 62: "saving failed: 7")
-                except BaseException as err:  # exit goes on; say what was not saved
+                except BaseException as err:
+                    if err is _app_raised:  # the application's handler, reached by the
+                        _app_exit = err  # SIGTERM sent on as the iterator closed: its
+                        continue  # status is the exit's; the save was done (review 62)
+                    # exit goes on; say what was not saved
                     log.error("saving a run at exit failed: %s", err)
                     code = getattr(err, "exit_code", None)
                     if isinstance(code, int):  # (a SIGTERM's exit says so: review 62,
@@ -1095,7 +1077,6 @@ def _after_fork_in_child() -> None:
     _term_at = None
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
-    _kept_at_close.clear()
     _runs.clear()
     _flagged.clear()
 

@@ -20,17 +20,18 @@ from resumable.stores import open_store
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tmp_path: Path, code: str, *args: str, interactive: bool = False
-         ) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, code: str, *args: str, interactive: bool = False,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``code`` as a child script, given its store folder (``tmp_path/store``) and
-    ``args``; ``interactive``: under ``python -i`` (stdin is empty either way)."""
+    ``args``; ``interactive``: under ``python -i`` (stdin is empty either way); ``env``:
+    variables set for it."""
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(code))
     return subprocess.run(
         [sys.executable, *(["-i"] if interactive else []), str(script),
          str(tmp_path / "store"), *args],
         capture_output=True, text=True, timeout=90, cwd=ROOT, stdin=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
 
 
 _POOL = """

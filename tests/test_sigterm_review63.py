@@ -1,0 +1,179 @@
+"""Review 63 (of cf78c09 and 6027589): a closed iterator's failed save and the exit
+status, memory a kept error held, and what counts as the application's handler at exit.
+
+Real SIGTERMs to real child processes; each child chooses its moment with a profile hook
+on a function's code.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from resumable._errors import EXIT_SERIALIZATION
+from tests.test_sigterm_review59 import _run
+
+_UNPICKLABLE = """\
+import gc, os, signal, sys, threading, weakref
+from resumable import checkpointed
+from resumable._decorator import _Execution
+from resumable._errors import SerializationError
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    s = state or {"i": 0}
+    try:
+        while s["i"] < n:
+            s["i"] += 1
+            if s["i"] == 2:
+                s["f"] = lambda: 0      # not picklable
+            yield s
+    finally:
+        if sys.argv[2] == "cleanup-raises":
+            raise RuntimeError("the body's cleanup failed too")
+
+def sigterm_at(code):  # a SIGTERM as the function of that code is called
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            sys.setprofile(None)
+            os.kill(os.getpid(), signal.SIGTERM)
+    sys.setprofile(hook)
+"""
+
+_BREAK = _UNPICKLABLE + """
+for s in a.iter(10):
+    if s["i"] == 2:
+        sigterm_at(_Execution._checkpoint.__code__)
+        break   # the finalizer closes the iterator; its save fails, then the cleanup
+print("went on after the break", flush=True)
+"""
+
+
+def test_a_break_whose_save_and_cleanup_fail_does_not_lose_the_sigterm(tmp_path: Path) -> None:
+    """cf78c09 sent the SIGTERM on once Python dropped the save's error; with the body's
+    cleanup failing too, Python dropped another error, and the program went on (exit 0)."""
+    proc = _run(tmp_path, _BREAK, "cleanup-raises")
+    assert "went on after the break" not in proc.stdout, (proc.returncode, proc.stderr[-3000:])
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-3000:])
+
+
+_DURING_SCRIPT = _UNPICKLABLE + """
+it = a.iter(10)   # a module global: the exit hook closes it, not the unwinding
+next(it); next(it)
+os.kill(os.getpid(), signal.SIGTERM)   # the consumer works on state 2
+threading.Event().wait(60)
+print("consumer not stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("codes", ["1", "0"])
+def test_an_exit_time_save_that_fails_after_a_sigterm_in_the_script_says_so(
+    tmp_path: Path, codes: str
+) -> None:
+    """The SIGTERM stopped the consumer during the script; the exit hook's save of the
+    iterator then failed: exit 143 ("saved, retry"), not 70 (or Python's plain 1 with
+    $RESUMABLE_EXIT_CODES=0, as a call's error gives)."""
+    proc = _run(tmp_path, _DURING_SCRIPT, "plain", env={"RESUMABLE_EXIT_CODES": codes})
+    assert "saving a run at exit failed" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == (EXIT_SERIALIZATION if codes == "1" else 1), (
+        proc.returncode, proc.stderr[-3000:])
+
+
+_CAUGHT = _UNPICKLABLE + """
+class Big:
+    pass
+
+it = a.iter(10)
+next(it)
+held = next(it)
+held["big"] = Big()
+ref = weakref.ref(held["big"])
+del held
+sigterm_at(_Execution._checkpoint.__code__)
+try:
+    it.close()
+except SerializationError:
+    print("the close's error caught", flush=True)
+del it
+gc.collect()
+print("state freed:", ref() is None, flush=True)
+"""
+
+
+@pytest.mark.parametrize("interactive", [False, True], ids=["script", "session"])
+def test_a_caught_close_error_does_not_keep_the_state_alive(
+    tmp_path: Path, interactive: bool
+) -> None:
+    """The run kept what it ended with (its error, whose traceback holds the body's frames
+    and so the state) for as long as it stayed in the SIGTERM's books: in a script until
+    the next SIGTERM (older); in a session for good (cf78c09)."""
+    proc = _run(tmp_path, _CAUGHT, "plain", interactive=interactive)
+    assert "the close's error caught" in proc.stdout, proc.stderr[-3000:]
+    assert "state freed: True" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+
+
+_BODY_EXITS_AT_CLOSE = """\
+import atexit, sys
+atexit.register(lambda: print("the program's atexit function ran", flush=True))
+from resumable import checkpointed
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    s = state or 0
+    try:
+        while s < n:
+            s += 1
+            yield s
+    finally:
+        sys.exit(3)   # the body's own teardown, as the exit hook closes it
+
+it = a.iter(10)
+next(it); next(it)
+print("script over", flush=True)
+"""
+
+
+def test_a_body_that_exits_as_the_exit_hook_closes_it_leaves_the_status_alone(
+    tmp_path: Path
+) -> None:
+    """No SIGTERM at all: 6027589 took any SystemExit out of an exit-time close for the
+    application's SIGTERM handler's, exited 3 at once and skipped the program's own atexit
+    function."""
+    proc = _run(tmp_path, _BODY_EXITS_AT_CLOSE)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert "the program's atexit function ran" in proc.stdout, proc.stdout
+
+
+_KEYBOARD_INTERRUPT = """\
+import os, signal, sys
+signal.signal(signal.SIGTERM, signal.default_int_handler)   # SIGTERM -> KeyboardInterrupt
+from resumable import checkpointed
+from resumable._decorator import _Execution
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+
+it = a.iter(10)
+next(it); next(it)
+def hook(frame, event, arg):  # the SIGTERM as the exit hook closes the iterator
+    if event == "call" and frame.f_code is _Execution.close_at_exit.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+sys.setprofile(hook)
+print("script over", flush=True)
+"""
+
+
+def test_an_application_handler_raising_keyboardinterrupt_at_exit_exits_130(
+    tmp_path: Path
+) -> None:
+    """6027589 gave any non-SystemExit exception of the application's handler at exit
+    Python's status for an error, 1; a KeyboardInterrupt ends a script as SIGINT does."""
+    proc = _run(tmp_path, _KEYBOARD_INTERRUPT)
+    assert proc.returncode == 128 + signal.SIGINT, (proc.returncode, proc.stderr[-3000:])
