@@ -520,6 +520,14 @@ def _watchdog() -> None:
     # Runs that reached their yield are saving it: the timeout bounds the body's run to
     # its yield, not the save after it, so only the others are interrupted.
     for run in [r for r in _flagged if r in _runs and not getattr(r, "stopping", False)]:
+        if (run.suspended and run.thread is threading.main_thread() and _script_over()
+                and not _exit_closed):
+            # An iterator the script left open waits for our exit hook behind another one
+            # that outlasts the timeout (a process pool's join): nothing runs it, so it is
+            # closed here, and saves. Interrupted, the exit hook under way took the signal
+            # and ours never ran (review 63: the state was lost).
+            _close_open(run)
+            continue
         log.warning("SIGTERM: a run in thread %r reached no yield within "
                     "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
                     "stands)", run.thread.name, timeout)
@@ -715,26 +723,39 @@ def _exit_status(err: BaseException) -> int:
     return 1
 
 
+_closing: list[Active] = []  # runs the exit hook or the watchdog closes (see _close_open)
+
+
+def _close_open(run: Active) -> None:
+    """Close a suspended run at the script's end (it saves what its consumer held), once:
+    by the exit hook, or by the watchdog while another exit hook holds ours up."""
+    global _app_exit, _failed_at_exit
+    with _lock:
+        if run not in _runs or any(r is run for r in _closing):
+            return
+        _closing.append(run)
+    try:
+        run.close_at_exit()
+    except BaseException as err:
+        if err is _app_raised:  # the application's handler, reached by the SIGTERM sent
+            _app_exit = err  # on as the iterator closed: its status is the exit's; the
+            return  # save was done (review 62)
+        # exit goes on; say what was not saved
+        log.error("saving a run at exit failed: %s", err)
+        code = getattr(err, "exit_code", None)
+        if isinstance(code, int):  # (a SIGTERM's exit says so: review 62, it was 143,
+            _failed_at_exit = code  # "saved")
+
+
 def _at_exit() -> None:
     """Before the interpreter joins threads: save what suspended runs hold; let the
     runs a SIGTERM stopped in other threads finish their save."""
-    global _app_exit, _failed_at_exit
     _at_exit_started()
     try:
         for run in list(_runs):
             if run.suspended and (run.thread is threading.current_thread()
                                   or not run.thread.is_alive()):
-                try:
-                    run.close_at_exit()
-                except BaseException as err:
-                    if err is _app_raised:  # the application's handler, reached by the
-                        _app_exit = err  # SIGTERM sent on as the iterator closed: its
-                        continue  # status is the exit's; the save was done (review 62)
-                    # exit goes on; say what was not saved
-                    log.error("saving a run at exit failed: %s", err)
-                    code = getattr(err, "exit_code", None)
-                    if isinstance(code, int):  # (a SIGTERM's exit says so: review 62,
-                        _failed_at_exit = code  # it was 143, "saved")
+                _close_open(run)
     finally:
         _at_exit_closed()
     if _term_at is not None:
@@ -1077,6 +1098,7 @@ def _after_fork_in_child() -> None:
     _term_at = None
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
+    _closing.clear()
     _runs.clear()
     _flagged.clear()
 

@@ -177,3 +177,47 @@ def test_an_application_handler_raising_keyboardinterrupt_at_exit_exits_130(
     Python's status for an error, 1; a KeyboardInterrupt ends a script as SIGINT does."""
     proc = _run(tmp_path, _KEYBOARD_INTERRUPT)
     assert proc.returncode == 128 + signal.SIGINT, (proc.returncode, proc.stderr[-3000:])
+
+
+_BEHIND_ANOTHER_EXIT_HOOK = """\
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    print("body starts from", state, flush=True)
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+
+if sys.argv[2] == "resume":
+    it = a.iter(10)
+    next(it)
+    it.close()
+    sys.exit(0)
+it = a.iter(10)
+next(it); next(it); next(it)   # the consumer holds 3; every=1000: nothing saved yet
+
+def other_exit_hook():  # another library's (a process pool's join): registered after
+    os.kill(os.getpid(), signal.SIGTERM)  # ours, it runs first, and outlasts the timeout
+    give_up = time.monotonic() + 60
+    while _signals._runs and time.monotonic() < give_up:
+        threading.Event().wait(0.05)
+    print("the other exit hook is done", flush=True)
+threading._register_atexit(other_exit_hook)
+print("script over", flush=True)
+"""
+
+
+def test_an_iterator_left_open_behind_a_slow_exit_hook_is_saved(tmp_path: Path) -> None:
+    """The SIGTERM came as another library's exit hook began, and that hook outlasted
+    $RESUMABLE_TERM_TIMEOUT: the watchdog interrupted the main thread, the hook under way
+    took the Terminated, ours never ran, and the state the iterator held was lost."""
+    proc = _run(tmp_path, _BEHIND_ANOTHER_EXIT_HOOK, "run")
+    assert proc.returncode == 143, (proc.returncode, proc.stderr[-3000:])
+    assert "the other exit hook is done" in proc.stdout, proc.stderr[-3000:]
+    assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
+    resumed = _run(tmp_path, _BEHIND_ANOTHER_EXIT_HOOK, "resume")
+    assert "body starts from 3" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
