@@ -1099,6 +1099,14 @@ class _Execution:
                             else "exiting with 143")
                 _signals.chain_once()
                 raise _signals.terminated()
+            if (self.terminate and isinstance(leaving, GeneratorExit)
+                    and threading.current_thread() is threading.main_thread()
+                    and _signals.consumers_to_stop()):
+                # Closed as the SIGTERM came, beside other iterators open in this thread:
+                # the handler could not stop their consumer while this close saved (its
+                # code runs no consumer); it is stopped now (review 63: it went on, and
+                # the SIGTERM was lost).
+                raise _signals.terminated()
 
 
 def _weakly(method: Callable[[int], None]) -> Callable[[int], None]:

@@ -408,10 +408,24 @@ def _outermost(runs: list[Active]) -> list[Active]:
             # consumer is that body (suspended; told, it cut the body's generation and
             # the outer run lost the state its consumer had: review 56)
             continue
-        if not run.suspended:
+        if not (run.suspended or getattr(run, "stopping", False)):
+            # (a run that is only saving runs no body: an iterator closed as the SIGTERM
+            # came is not one whose body called the runs after it; review 63)
             running.add(run.thread)
         told.append(run)
     return told
+
+
+def consumers_to_stop() -> bool:
+    """During the script, the main thread's runs are all iterators at a yield, and a
+    SIGTERM told some of them: their consumer is to be stopped."""
+    if _term_at is None or _script_over():
+        return False
+    main = threading.main_thread()
+    with _lock:
+        mains = [r for r in _runs if r.thread is main]
+        return (bool(mains) and all(r.suspended for r in mains)
+                and any(r is f for r in mains for f in _flagged))
 
 
 def _in_a_body() -> bool:
@@ -519,7 +533,14 @@ def _watchdog() -> None:
     global _interrupt_main
     # Runs that reached their yield are saving it: the timeout bounds the body's run to
     # its yield, not the save after it, so only the others are interrupted.
+    main = threading.main_thread()
     for run in [r for r in _flagged if r in _runs and not getattr(r, "stopping", False)]:
+        if run.thread is main and any(r.thread is main and getattr(r, "stopping", False)
+                                      for r in _flagged if r in _runs):
+            # The main thread saves another run (an iterator closed as the SIGTERM came):
+            # not interrupted in the middle of that save (review 63: that state was lost).
+            # That run stops this one's consumer as it leaves (see _decorator).
+            continue
         if (run.suspended and run.thread is threading.main_thread() and _script_over()
                 and not _exit_closed):
             # An iterator the script left open waits for our exit hook behind another one

@@ -221,3 +221,81 @@ def test_an_iterator_left_open_behind_a_slow_exit_hook_is_saved(tmp_path: Path) 
     assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
     resumed = _run(tmp_path, _BEHIND_ANOTHER_EXIT_HOOK, "resume")
     assert "body starts from 3" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
+
+
+_TWO_OPEN = """\
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "2"
+
+class State:  # argv[3] "slow": pickled until the watchdog's first deadline has passed by 1 s
+    def __init__(self, i):
+        self.i = i
+    def __reduce__(self):
+        if sys.argv[3] == "slow" and _signals._term_at is not None:
+            until = _signals._term_at + _signals.term_timeout() + 1.0
+            while time.monotonic() < until:
+                threading.Event().wait(until - time.monotonic())
+        return (State, (self.i,))
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def a(n, *, state=None):
+    print("a starts from", state and state.i, flush=True)
+    s = state or State(0)
+    while s.i < n:
+        s = State(s.i + 1)
+        yield s
+
+@checkpointed(store=sys.argv[1], run_id="b", every=1000)
+def b(n, *, state=None):
+    print("b starts from", state, flush=True)
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+
+if sys.argv[2] == "resume":
+    for f in (a, b):
+        it = f.iter(10)
+        next(it)
+        it.close()
+    sys.exit(0)
+if sys.argv[4] == "closed-first":
+    closed = a.iter(10)
+    next(closed); next(closed); next(closed)
+    other = b.iter(10)
+    next(other)
+else:
+    other = b.iter(10)
+    next(other)
+    closed = a.iter(10)
+    next(closed); next(closed); next(closed)
+def hook(frame, event, arg):  # the SIGTERM as the close's save begins
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+sys.setprofile(hook)
+closed.close()
+print("went on after close()", flush=True)
+threading.Event().wait(30)   # the consumer of b works on 1
+print("the consumer of b was not stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("save", ["fast", "slow"])
+@pytest.mark.parametrize("order", ["closed-first", "closed-last"])
+def test_an_iterator_closed_beside_another_open_one_saves_both(
+    tmp_path: Path, save: str, order: str
+) -> None:
+    """Two iterators open in the main thread, one closed as the SIGTERM comes. Opened
+    first, the closing one was taken for a body that had called the other, which was not
+    told: its consumer went on, exit 0. Opened last, its slow save was interrupted by the
+    watchdog, which meant to stop the other's consumer: its state was lost."""
+    proc = _run(tmp_path, _TWO_OPEN, "run", save, order)
+    assert proc.returncode == 143, (proc.returncode, proc.stderr[-3000:])
+    assert "went on after close()" not in proc.stdout, proc.stderr[-3000:]
+    assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
+    resumed = _run(tmp_path, _TWO_OPEN, "resume", save, order)
+    assert "a starts from 3" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
+    assert "b starts from 1" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
