@@ -1101,11 +1101,13 @@ class _Execution:
                 raise _signals.terminated()
             if (self.terminate and isinstance(leaving, GeneratorExit)
                     and threading.current_thread() is threading.main_thread()
+                    and (self.outer is None or self.outer() is not None)
                     and _signals.consumers_to_stop()):
                 # Closed as the SIGTERM came, beside other iterators open in this thread:
                 # the handler could not stop their consumer while this close saved (its
                 # code runs no consumer); it is stopped now (review 63: it went on, and
-                # the SIGTERM was lost).
+                # the SIGTERM was lost). Not from a finalizer (a `break`), where Python
+                # drops what is raised: the watchdog stops it there (review 64).
                 raise _signals.terminated()
 
 

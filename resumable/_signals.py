@@ -70,6 +70,9 @@ def interactive() -> bool:
 
 
 def terminated() -> BaseException:
+    global _main_stopped
+    if threading.current_thread() is threading.main_thread():
+        _main_stopped = True  # (the SIGTERM is acted on in the main thread: see leave)
     if interactive():
         return TerminatedInteractive("SIGTERM: the run saved its state and stopped")
     if threading.current_thread() is threading.main_thread():
@@ -141,6 +144,7 @@ _redeliver = False  # ... one closed as it came: the SIGTERM is sent again once 
 _error_kept = False  # ... one ended with an error, kept: no SIGTERM is sent again over it
 _acting = False  # a main-thread call that returned raises Terminated for it: none either
 _sent_again = False  # sent again (an interactive session's exit does not chain it again)
+_main_stopped = False  # a Terminated was raised in the main thread for the SIGTERM
 _owner = 0  # the pid that installed the handler
 _warned = False
 _term_at: float | None = None  # when the SIGTERM being served arrived
@@ -358,7 +362,7 @@ def leave(run: Active) -> None:
             _acting = True
         if _runs:
             return
-        send = (_redeliver and not (_error_kept or _chained or _acting)
+        send = (_redeliver and not (_error_kept or _chained or _acting or _main_stopped)
                 and os.getpid() == _owner)
         _redeliver = False
         if _term_at is not None and interactive():
@@ -377,9 +381,9 @@ def leave(run: Active) -> None:
 
 
 def _reset_term() -> None:
-    global _term_at, _chained, _left_unacted, _redeliver, _error_kept, _acting
+    global _term_at, _chained, _left_unacted, _redeliver, _error_kept, _acting, _main_stopped
     _term_at, _chained = None, False
-    _left_unacted = _redeliver = _error_kept = _acting = False
+    _left_unacted = _redeliver = _error_kept = _acting = _main_stopped = False
     _flagged.clear()
 
 
@@ -419,8 +423,8 @@ def _outermost(runs: list[Active]) -> list[Active]:
 def consumers_to_stop() -> bool:
     """During the script, the main thread's runs are all iterators at a yield, and a
     SIGTERM told some of them: their consumer is to be stopped."""
-    if _term_at is None or _script_over():
-        return False
+    if _term_at is None or _main_stopped or _script_over():
+        return False  # (once per SIGTERM: review 64, a program's finally was cut short)
     main = threading.main_thread()
     with _lock:
         mains = [r for r in _runs if r.thread is main]
@@ -466,7 +470,7 @@ def forget_within(run: Active) -> None:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
-    global _term_at, _interrupt_main, _exit_143, _sent_again
+    global _term_at, _interrupt_main, _exit_143, _sent_again, _main_stopped
     if os.getpid() != _owner:  # a child forked without our at-fork reset
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -490,7 +494,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
                 _flagged.append(run)
                 run.on_sigterm()
         return
-    _term_at, _sent_again = time.monotonic(), False
+    _term_at, _sent_again, _main_stopped = time.monotonic(), False, False
     _flagged.extend(told)
     for run in told:
         run.on_sigterm()
@@ -530,37 +534,40 @@ def _watchdog() -> None:
     deadline = (_term_at or time.monotonic()) + timeout
     if _wait_for_flagged(deadline):
         return
-    global _interrupt_main
     # Runs that reached their yield are saving it: the timeout bounds the body's run to
     # its yield, not the save after it, so only the others are interrupted.
     main = threading.main_thread()
+    closed = waiting = False
     for run in [r for r in _flagged if r in _runs and not getattr(r, "stopping", False)]:
-        if run.thread is main and any(r.thread is main and getattr(r, "stopping", False)
-                                      for r in _flagged if r in _runs):
+        if run.thread is main and _main_saves():
             # The main thread saves another run (an iterator closed as the SIGTERM came):
             # not interrupted in the middle of that save (review 63: that state was lost).
-            # That run stops this one's consumer as it leaves (see _decorator).
+            # That run stops this one's consumer as it leaves (see _decorator); if its
+            # save outlasts one more timeout, it is interrupted then (review 64).
+            waiting = True
             continue
-        if (run.suspended and run.thread is threading.main_thread() and _script_over()
+        if (run.suspended and run.thread is main and _script_over()
                 and not _exit_closed):
             # An iterator the script left open waits for our exit hook behind another one
             # that outlasts the timeout (a process pool's join): nothing runs it, so it is
             # closed here, and saves. Interrupted, the exit hook under way took the signal
-            # and ours never ran (review 63: the state was lost).
+            # and ours never ran (review 63: the state was lost). Its body's cleanup runs
+            # in this thread.
             _close_open(run)
+            closed = True
             continue
-        log.warning("SIGTERM: a run in thread %r reached no yield within "
-                    "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
-                    "stands)", run.thread.name, timeout)
-        run.interrupt()
-        if run.thread is threading.main_thread():
-            _interrupt_main = True
-            signal.pthread_kill(run.thread.ident or 0, signal.SIGTERM)
-        elif run.thread.ident is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(run.thread.ident), ctypes.py_object(Terminated))
+        _interrupt(run, timeout)
+    if closed and not interactive():
+        # (that exit hook may never end: the exit gets the time exit handlers get, and
+        # our exit hook, which would see to it, may never run; review 64: a hang)
+        threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
     if _wait_for_flagged(deadline + timeout) or interactive():
         return
+    if waiting:
+        for run in [r for r in _flagged if r in _runs and r.thread is main
+                    and not getattr(r, "stopping", False)]:
+            _interrupt(run, timeout)
+            break  # (one Terminated in the main thread is enough)
     # A slow save, or an interrupted body that does not unwind (its cleanup hangs, e.g.
     # terminating a pool whose workers died holding its queue's lock): finish the saves,
     # give the runs one more timeout to leave, then leave.
@@ -569,6 +576,28 @@ def _watchdog() -> None:
     if _wait_for_flagged(time.monotonic() + timeout):
         return
     _hard_exit("a run did not stop after its interruption")
+
+
+def _main_saves() -> bool:
+    """A run in the main thread is only saving now (it reached its yield after the
+    SIGTERM, or its iterator was closed)."""
+    main = threading.main_thread()
+    return any(r.thread is main and getattr(r, "stopping", False)
+               for r in list(_flagged) if r in _runs)
+
+
+def _interrupt(run: Active, timeout: float) -> None:
+    global _interrupt_main
+    log.warning("SIGTERM: a run in thread %r reached no yield within "
+                "$RESUMABLE_TERM_TIMEOUT=%gs; interrupting it (its last saved state "
+                "stands)", run.thread.name, timeout)
+    run.interrupt()
+    if run.thread is threading.main_thread():
+        _interrupt_main = True
+        signal.pthread_kill(run.thread.ident or 0, signal.SIGTERM)
+    elif run.thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(run.thread.ident), ctypes.py_object(Terminated))
 
 
 def _wait_for_flagged(deadline: float) -> bool:
@@ -761,11 +790,17 @@ def _close_open(run: Active) -> None:
         if err is _app_raised:  # the application's handler, reached by the SIGTERM sent
             _app_exit = err  # on as the iterator closed: its status is the exit's; the
             return  # save was done (review 62)
+        with _lock:
+            if run in _runs:  # (not closed: "already executing", say; the exit hook may)
+                _closing[:] = [r for r in _closing if r is not run]
         # exit goes on; say what was not saved
-        log.error("saving a run at exit failed: %s", err)
         code = getattr(err, "exit_code", None)
         if isinstance(code, int):  # (a SIGTERM's exit says so: review 62, it was 143,
             _failed_at_exit = code  # "saved")
+            log.error("saving a run at exit failed: %s", err)
+        else:  # (the body's cleanup, say, after the save: review 64)
+            log.error("closing run %s at exit failed: %s: %s", run.where(),
+                      type(err).__name__, err)
 
 
 def _at_exit() -> None:
@@ -1096,6 +1131,7 @@ def _after_fork_in_child() -> None:
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
     global _ctrl_c_after, _left_unacted, _redeliver, _error_kept, _acting, _sent_again
+    global _main_stopped
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
@@ -1119,6 +1155,7 @@ def _after_fork_in_child() -> None:
     _term_at = None
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
+    _main_stopped = False
     _closing.clear()
     _runs.clear()
     _flagged.clear()
