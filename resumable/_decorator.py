@@ -370,6 +370,7 @@ class _Execution:
         self.within: _signals.Active | None = None
         self.body_thread = self.thread  # the thread that resumed the body last
         self.leaving: BaseException | None = None  # what the run ends with, if it raises
+        self.closing = False  # its iterator is being closed (GeneratorExit at a yield)
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -1043,7 +1044,7 @@ class _Execution:
             leaving = err
             # only saving is left: a SIGTERM's watchdog does not take this run for a body
             # that reached no yield, and cut its save (review 62: the state was lost)
-            self.stopping = True
+            self.stopping = self.closing = True
             try:
                 if self.step > start_step:
                     self._checkpoint(self.held, self.step, force=True)

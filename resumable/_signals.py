@@ -493,6 +493,10 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             if run not in _flagged:  # main thread was told to stop by the first one
                 _flagged.append(run)
                 run.on_sigterm()
+        if _script_over(frame):
+            # (also one a closed iterator sent on, as the exit hook closed the last run:
+            # without us the process would end by it; review 65: exit 0)
+            _exit_143 = True
         return
     _term_at, _sent_again, _main_stopped = time.monotonic(), False, False
     _flagged.extend(told)
@@ -540,11 +544,13 @@ def _watchdog() -> None:
     closed = waiting = False
     for run in [r for r in _flagged if r in _runs and not getattr(r, "stopping", False)]:
         if run.thread is main and _main_saves():
-            # The main thread saves another run (an iterator closed as the SIGTERM came):
-            # not interrupted in the middle of that save (review 63: that state was lost).
-            # That run stops this one's consumer as it leaves (see _decorator); if its
-            # save outlasts one more timeout, it is interrupted then (review 64).
-            waiting = True
+            # The main thread saves another run: not interrupted in the middle of that
+            # save (review 63: that state was lost). That run stops this one's consumer
+            # as it leaves (a call, raising Terminated; an iterator closed as the SIGTERM
+            # came, see _decorator). A closed iterator's save that outlasts one more
+            # timeout is interrupted then (review 64: the other state was lost with it);
+            # a call's is not (review 65: its state was lost).
+            waiting = waiting or _main_saves(closing=True)
             continue
         if (run.suspended and run.thread is main and _script_over()
                 and not _exit_closed):
@@ -578,11 +584,12 @@ def _watchdog() -> None:
     _hard_exit("a run did not stop after its interruption")
 
 
-def _main_saves() -> bool:
+def _main_saves(closing: bool = False) -> bool:
     """A run in the main thread is only saving now (it reached its yield after the
-    SIGTERM, or its iterator was closed)."""
+    SIGTERM, or, or only with ``closing``, its iterator was closed)."""
     main = threading.main_thread()
     return any(r.thread is main and getattr(r, "stopping", False)
+               and (not closing or getattr(r, "closing", False))
                for r in list(_flagged) if r in _runs)
 
 
