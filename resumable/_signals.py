@@ -493,9 +493,12 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             if run not in _flagged:  # main thread was told to stop by the first one
                 _flagged.append(run)
                 run.on_sigterm()
-        if _script_over(frame):
-            # (also one a closed iterator sent on, as the exit hook closed the last run:
-            # without us the process would end by it; review 65: exit 0)
+        if _script_over(frame) and (_sent_again or any(r in _runs for r in _flagged)):
+            # A closed iterator's signal sent on, as the exit hook closed the last run
+            # (without us the process would end by it; review 65: exit 0), or one while
+            # the runs the first stopped are still saving. Not another after those runs
+            # have left: the status the program exits with stands (review 66: an
+            # application handler's sys.exit(0) became 143).
             _exit_143 = True
         return
     _term_at, _sent_again, _main_stopped = time.monotonic(), False, False
@@ -569,7 +572,9 @@ def _watchdog() -> None:
         threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
     if _wait_for_flagged(deadline + timeout) or interactive():
         return
-    if waiting:
+    if waiting and not _main_stopped and _main_saves(closing=True):
+        # (looked at again: the save may have ended, and the consumer been stopped, with
+        # the program's own cleanup under way; review 66)
         for run in [r for r in _flagged if r in _runs and r.thread is main
                     and not getattr(r, "stopping", False)]:
             _interrupt(run, timeout)

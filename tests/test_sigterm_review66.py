@@ -1,0 +1,171 @@
+"""Review 66 (of 22c0e66): a second SIGTERM after the script's end no longer overrides the
+status the program exits with, and the watchdog looks again before it interrupts the
+main thread a second time.
+
+Real SIGTERMs to real child processes (review 66's reproducers); each child chooses its
+moment with a profile hook on a function's code, or waits for the watchdog's deadlines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resumable._errors import EXIT_SIGTERM
+from tests.test_sigterm_review59 import _run
+
+_HANDLER_EXITS_0 = """\
+# An application SIGTERM handler (set before the first run) that deliberately exits 0.
+# The first SIGTERM comes as a call's body works; the handler runs after the save and
+# exits 0. A second SIGTERM comes as the library's exit hook begins (profile hook on
+# _signals._at_exit's code): the status should stay 0 (the handler's).
+import os, signal, sys
+from resumable import checkpointed, _signals
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "5"
+def on_term(signum, frame):
+    print("app handler: exiting 0", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        if s == 3:
+            os.kill(os.getpid(), signal.SIGTERM)   # the first SIGTERM, as the body works
+        yield s
+
+def hook(frame, event, arg, code=_signals._at_exit.__code__, os=os, sys=sys, sig=signal.SIGTERM):
+    if event == "call" and frame.f_code is code:
+        sys.setprofile(None)
+        print("second SIGTERM as the exit hook begins", flush=True)
+        os.kill(os.getpid(), sig)     # a second SIGTERM as the exit hook begins
+try:
+    f(10)
+finally:
+    sys.setprofile(hook)
+"""
+
+_CAUGHT_EXITS_3 = """\
+# An application handler that returns (it only records the request), set before the
+# first run. The first SIGTERM stops a call (saved); the program catches the Terminated
+# and exits 3 itself. A second SIGTERM as the library's exit hook begins: the handler
+# (which ignores it) should decide, and the status stay 3.
+import os, signal, sys
+from resumable import checkpointed, _signals
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "5"
+requests = []
+def on_term(signum, frame):
+    requests.append(signum)
+    print("app handler: noted, returning", flush=True)
+signal.signal(signal.SIGTERM, on_term)
+
+@checkpointed(store=sys.argv[1], run_id="a", every=1000)
+def f(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        if s == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield s
+
+def hook(frame, event, arg, code=_signals._at_exit.__code__, os=os, sys=sys, sig=signal.SIGTERM):
+    if event == "call" and frame.f_code is code:
+        sys.setprofile(None)
+        print("second SIGTERM as the exit hook begins", flush=True)
+        os.kill(os.getpid(), sig)
+try:
+    f(10)
+except SystemExit as e:
+    print("caught", type(e).__name__, "- exiting 3", flush=True)
+    sys.setprofile(hook)
+    sys.exit(3)
+"""
+
+
+def test_a_second_sigterm_at_exit_leaves_the_handlers_status(tmp_path: Path) -> None:
+    """The application's handler exited 0 after the first SIGTERM's save; a second SIGTERM
+    as the exit hook began made it 143 (22c0e66)."""
+    proc = _run(tmp_path, _HANDLER_EXITS_0, "run")
+    assert "app handler: exiting 0" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+
+
+def test_a_second_sigterm_at_exit_leaves_the_programs_own_status(tmp_path: Path) -> None:
+    """The program caught the Terminated and exited 3 itself; a second SIGTERM as the exit
+    hook began made it 143 (22c0e66)."""
+    proc = _run(tmp_path, _CAUGHT_EXITS_3, "run")
+    assert "exiting 3" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-3000:])
+
+
+_STALE = """\
+# Two iterators open in the main thread; `a` is closed explicitly as the SIGTERM comes
+# (profile hook on _Execution._checkpoint: the SIGTERM as the close's save begins); a's
+# pickle lasts 1.5 timeouts (TERM_TIMEOUT=1): still saving at the watchdog's first
+# deadline, done before its second. The close then stops the main thread's consumer
+# (Terminated out of a.close()); the program's finally does its own cleanup (1 timeout
+# of waiting on an Event, e.g. a pool's join), then closes b. README (review 64): the
+# main thread is stopped once per SIGTERM, a program's finally runs to its end.
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+class Slow:
+    armed = False
+    def __reduce__(self):
+        if Slow.armed and _signals._term_at is not None:
+            until = _signals._term_at + 1.5 * _signals.term_timeout()
+            while time.monotonic() < until:
+                threading.Event().wait(until - time.monotonic())
+            print("a's slow pickle done", flush=True)
+        return (Slow, ())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0, "h": Slow() if name == "a" else None}
+        while s["i"] < n:
+            s["i"] += 1
+            yield s
+    return f
+a, b = counter("a"), counter("b")
+if sys.argv[2] == "resume":
+    for f in (a, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+other = b.iter(10)
+next(other); next(other)
+ai = a.iter(10)
+next(ai); next(ai)
+try:
+    Slow.armed = True
+    sys.setprofile(hook)
+    ai.close()
+    print("close returned", flush=True)
+finally:
+    print("finally: cleanup begins", flush=True)
+    until = _signals._term_at + 2.5 * _signals.term_timeout()
+    while time.monotonic() < until:          # the program's own cleanup (a join, say)
+        threading.Event().wait(until - time.monotonic())
+    print("finally: cleanup done, closing b", flush=True)
+    other.close()
+    print("finally: b closed", flush=True)
+"""
+
+
+def test_the_programs_finally_after_a_slow_close_is_not_interrupted(tmp_path: Path) -> None:
+    """A close saved for 1.5 timeouts beside another open iterator, then stopped the
+    consumer; the watchdog, deciding at its first deadline, interrupted the program's
+    finally at its second (c7742a9): the cleanup never finished."""
+    proc = _run(tmp_path, _STALE, "run")
+    assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
+    assert "finally: b closed" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
+    resumed = _run(tmp_path, _STALE, "resume")
+    assert "a starts from 2" in resumed.stdout and "b starts from 2" in resumed.stdout, (
+        resumed.stdout)
