@@ -572,9 +572,10 @@ def _watchdog() -> None:
         threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
     if _wait_for_flagged(deadline + timeout) or interactive():
         return
-    if waiting and not _main_stopped and _main_saves(closing=True):
-        # (looked at again: the save may have ended, and the consumer been stopped, with
-        # the program's own cleanup under way; review 66)
+    if waiting and (_main_saves(closing=True) or not _main_stopped):
+        # (looked at again: not when the close's save has ended and the consumer has been
+        # stopped, the program's own cleanup under way (review 66); but when the save
+        # still runs, or no one stopped the consumer (a break's close; review 67))
         for run in [r for r in _flagged if r in _runs and r.thread is main
                     and not getattr(r, "stopping", False)]:
             _interrupt(run, timeout)

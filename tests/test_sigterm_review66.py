@@ -169,3 +169,128 @@ def test_the_programs_finally_after_a_slow_close_is_not_interrupted(tmp_path: Pa
     resumed = _run(tmp_path, _STALE, "resume")
     assert "a starts from 2" in resumed.stdout and "b starts from 2" in resumed.stdout, (
         resumed.stdout)
+
+
+# Review 67 (of 551adfc): that second look must still interrupt when the consumer was
+# never stopped (a break's close), or when the close's save still runs.
+
+_BREAK_SLOW = """\
+# Two iterators open in the main thread; `a` is left by a `break` (its finalizer closes it)
+# as the SIGTERM comes (profile hook on _Execution._checkpoint: the SIGTERM as the
+# close's save begins). a's pickle lasts 1.5 timeouts (TERM_TIMEOUT=1): still saving at
+# the watchdog's first deadline, done before its second. A break stops no consumer
+# (README: "a break (a finalizer) leaves the other consumer to the timeout"). The
+# consumer then works on b's state 2 for a long while (an Event wait of 30 s).
+# Expected: the timeout stops the consumer, b's state 2 is saved, exit 143.
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+class Slow:
+    armed = False
+    def __reduce__(self):
+        if Slow.armed and _signals._term_at is not None:
+            until = _signals._term_at + 1.5 * _signals.term_timeout()
+            while time.monotonic() < until:
+                threading.Event().wait(until - time.monotonic())
+            print("a's slow pickle done", flush=True)
+        return (Slow, ())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0, "h": Slow() if name == "a" else None}
+        while s["i"] < n:
+            s["i"] += 1
+            yield s
+    return f
+a, b = counter("a"), counter("b")
+if sys.argv[2] == "resume":
+    for f in (a, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+other = b.iter(10)
+next(other); next(other)          # the consumer holds b's 2
+for s in a.iter(10):
+    if s["i"] == 2:
+        Slow.armed = True
+        sys.setprofile(hook)
+        break                     # the finalizer closes a as the SIGTERM comes
+print("after the break: the consumer works on b's 2", flush=True)
+threading.Event().wait(30)        # the consumer's work on b's state
+print("consumer's work done (not stopped)", flush=True)
+"""
+
+_FINALLY_CLOSE_HANGS = """\
+# Two iterators open in the main thread (b holds 2, x holds 2). A SIGTERM while the
+# consumer works stops it (Terminated); the program's finally closes x first, and x's
+# save hangs for ever (a pickle that never ends), then would close b.
+# README (review 64): "A close whose save hangs beside another open iterator kept the
+# timeout off the main thread for good, and the other state was lost: the exemption
+# lapses after a second timeout." Expected: b's state 2 saved, exit 143.
+import os, signal, sys, threading
+from resumable import checkpointed
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+class Hangs:
+    armed = False
+    def __reduce__(self):
+        if Hangs.armed:
+            print("x's save hangs", flush=True)
+            threading.Event().wait()   # this save never ends
+        return (Hangs, ())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0, "h": Hangs() if name == "x" else None}
+        while s["i"] < n:
+            s["i"] += 1
+            yield s
+    return f
+x, b = counter("x"), counter("b")
+if sys.argv[2] == "resume":
+    for f in (x, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+other = b.iter(10)
+next(other); next(other)       # its consumer holds 2
+closed = x.iter(10)
+next(closed); next(closed)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)   # stops the consumer (Terminated)
+    threading.Event().wait(60)
+finally:
+    print("finally: closing x", flush=True)
+    Hangs.armed = True
+    closed.close()
+    print("finally: closing b", flush=True)
+    other.close()
+"""
+
+
+def test_the_consumer_beside_a_slow_break_is_stopped_and_saved(tmp_path: Path) -> None:
+    """A break's slow save beside another open iterator: no one stopped the consumer, and
+    551adfc's second look skipped the interrupt once the save had ended; the process left
+    by the last timeout with the other state (2) unsaved."""
+    proc = _run(tmp_path, _BREAK_SLOW, "run")
+    assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
+    assert "not stopped" not in proc.stdout
+    resumed = _run(tmp_path, _BREAK_SLOW, "resume")
+    assert "a starts from 2" in resumed.stdout and "b starts from 2" in resumed.stdout, (
+        resumed.stdout, proc.stderr[-3000:])
+
+
+def test_a_hanging_close_in_a_finally_does_not_keep_the_other_state_unsaved(
+    tmp_path: Path
+) -> None:
+    """The consumer was stopped; the program's finally then closed an iterator whose save
+    hangs for ever: 551adfc took the stopped consumer for a reason not to interrupt, and
+    the other iterator (2) was never closed and saved."""
+    proc = _run(tmp_path, _FINALLY_CLOSE_HANGS, "run")
+    assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
+    resumed = _run(tmp_path, _FINALLY_CLOSE_HANGS, "resume")
+    assert "b starts from 2" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
