@@ -1046,9 +1046,12 @@ class _Execution:
             # that reached no yield, and cut its save (review 62: the state was lost)
             self.stopping = self.closing = True
             try:
-                if self.step > start_step:
-                    self._checkpoint(self.held, self.step, force=True)
-                self._flush_last()
+                try:
+                    if self.step > start_step:
+                        self._checkpoint(self.held, self.step, force=True)
+                    self._flush_last()
+                finally:
+                    self.closing = False  # (saved: what follows is the body's cleanup)
             except BaseException as failed:
                 # The save's error is what the run ends with: kept, not taken for a close
                 # (review 61). Unless a finalizer closed the iterator (a `break`, the

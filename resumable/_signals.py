@@ -544,7 +544,8 @@ def _watchdog() -> None:
     # Runs that reached their yield are saving it: the timeout bounds the body's run to
     # its yield, not the save after it, so only the others are interrupted.
     main = threading.main_thread()
-    closed = waiting = False
+    closed = False
+    waited: list[Active] = []  # closed iterators' saves it waited for
     for run in [r for r in _flagged if r in _runs and not getattr(r, "stopping", False)]:
         if run.thread is main and _main_saves():
             # The main thread saves another run: not interrupted in the middle of that
@@ -553,7 +554,8 @@ def _watchdog() -> None:
             # came, see _decorator). A closed iterator's save that outlasts one more
             # timeout is interrupted then (review 64: the other state was lost with it);
             # a call's is not (review 65: its state was lost).
-            waiting = waiting or _main_saves(closing=True)
+            waited += [r for r in list(_flagged) if r in _runs and r.thread is main
+                       and getattr(r, "closing", False)]
             continue
         if (run.suspended and run.thread is main and _script_over()
                 and not _exit_closed):
@@ -572,10 +574,14 @@ def _watchdog() -> None:
         threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
     if _wait_for_flagged(deadline + timeout) or interactive():
         return
-    if waiting and (_main_saves(closing=True) or not _main_stopped):
-        # (looked at again: not when the close's save has ended and the consumer has been
-        # stopped, the program's own cleanup under way (review 66); but when the save
-        # still runs, or no one stopped the consumer (a break's close; review 67))
+    if waited and not _script_over() and (
+            not _main_stopped
+            or any(r in _runs and getattr(r, "closing", False) for r in waited)):
+        # (looked at again: not when that save has ended and the consumer has been
+        # stopped, the program's own cleanup under way (reviews 66, 68: another close's
+        # save, or a body's finally, was cut); but when it still runs, or no one stopped
+        # the consumer (a break's close; review 67). Not after the script's end: the exit
+        # hook closes the others next, and this would cut that save; review 68)
         for run in [r for r in _flagged if r in _runs and r.thread is main
                     and not getattr(r, "stopping", False)]:
             _interrupt(run, timeout)
@@ -590,12 +596,11 @@ def _watchdog() -> None:
     _hard_exit("a run did not stop after its interruption")
 
 
-def _main_saves(closing: bool = False) -> bool:
+def _main_saves() -> bool:
     """A run in the main thread is only saving now (it reached its yield after the
-    SIGTERM, or, or only with ``closing``, its iterator was closed)."""
+    SIGTERM, or its iterator was closed)."""
     main = threading.main_thread()
     return any(r.thread is main and getattr(r, "stopping", False)
-               and (not closing or getattr(r, "closing", False))
                for r in list(_flagged) if r in _runs)
 
 

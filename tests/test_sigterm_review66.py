@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from resumable._errors import EXIT_SIGTERM
 from tests.test_sigterm_review59 import _run
 
@@ -294,3 +296,151 @@ def test_a_hanging_close_in_a_finally_does_not_keep_the_other_state_unsaved(
     assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
     resumed = _run(tmp_path, _FINALLY_CLOSE_HANGS, "resume")
     assert "b starts from 2" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
+
+
+# Review 68 (of 3d953e6): the watchdog's second interrupt must not cut the exit hook's
+# save at the script's end, nor a later close's save or a body's cleanup in the program's
+# finally after the save it waited for had ended.
+
+_EXIT_CLOSE_SLOW = """\
+# Two f.iter iterators left open at the script's end (x holds 2, y holds 2). Our exit hook
+# closes x first; the SIGTERM comes as x's save begins (profile hook on _checkpoint, armed
+# at the exit hook's start). x's pickle lasts until term_at + 2.5 timeouts (T=1): within the
+# 3 timeouts, and there is no consumer left to stop (the script is over; our exit hook
+# closes y next). Expected: x and y both saved, exit 143.
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+class Slow:
+    armed = False
+    def __reduce__(self):
+        if Slow.armed and _signals._term_at is not None:
+            until = _signals._term_at + 2.5 * _signals.term_timeout()
+            while time.monotonic() < until:
+                threading.Event().wait(until - time.monotonic())
+            print("x's slow pickle done", flush=True)
+        return (Slow, ())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0, "h": Slow() if name == "x" else None}
+        while s["i"] < n:
+            s["i"] += 1
+            yield s
+    return f
+x, y = counter("x"), counter("y")
+if sys.argv[2] == "resume":
+    for f in (x, y):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+xi = x.iter(10); next(xi); next(xi)
+yi = y.iter(10); next(yi); next(yi)
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _signals._at_exit.__code__:
+        Slow.armed = True
+    elif Slow.armed and event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        print("SIGTERM as the exit hook's save of x begins", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+sys.setprofile(hook)
+print("script over", flush=True)
+"""
+
+_FINALLY_CLOSES_MORE = """\
+# Three f.iter iterators open in the main thread (a, c, b each hold 2). `a` is closed
+# explicitly as the SIGTERM comes (profile hook on _Execution._checkpoint); a's pickle
+# lasts 1.5 timeouts (T=1), so the watchdog waits at its first deadline. a's close then
+# stops the consumer (Terminated). The program's finally closes c -- c's save is quick,
+# but c's body has its own cleanup (a `finally` that joins a worker, until 2.5 T) -- and
+# then b. MODE=save: instead, c's own pickle runs until 2.5 T (within the 3 T).
+# README: the main thread is stopped once per SIGTERM, a program's finally that closes
+# its iterators after the Terminated runs to its end (review 66's case, with c's close).
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+MODE = os.environ.get("MODE", "cleanup")
+def until(k):
+    end = _signals._term_at + k * _signals.term_timeout()
+    while time.monotonic() < end:
+        threading.Event().wait(end - time.monotonic())
+class Slow:
+    armed = None
+    def __init__(self, name): self.name = name
+    def __reduce__(self):
+        if Slow.armed == self.name and _signals._term_at is not None:
+            until(1.5 if self.name == "a" else 2.5)
+            print(self.name + "'s slow pickle done", flush=True)
+        return (Slow, (self.name,))
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0, "h": Slow(name)}
+        try:
+            while s["i"] < n:
+                s["i"] += 1
+                yield s
+        finally:
+            if name == "c" and MODE == "cleanup" and _signals._term_at is not None:
+                until(2.5)
+                print("c's body cleanup done", flush=True)
+    return f
+a, c, b = counter("a"), counter("c"), counter("b")
+if sys.argv[2] == "resume":
+    for f in (a, c, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+bi = b.iter(10); next(bi); next(bi)
+ci = c.iter(10); next(ci); next(ci)
+ai = a.iter(10); next(ai); next(ai)
+try:
+    Slow.armed = "a"
+    sys.setprofile(hook)
+    ai.close()
+    print("close returned", flush=True)
+finally:
+    print("finally: closing c", flush=True)
+    if MODE == "save":
+        Slow.armed = "c"
+    ci.close()
+    print("finally: c closed, closing b", flush=True)
+    bi.close()
+    print("finally: b closed", flush=True)
+"""
+
+
+def test_the_exit_hooks_slow_save_beside_another_open_iterator_is_not_cut(
+    tmp_path: Path
+) -> None:
+    """Two iterators left open at the script's end; the exit hook's save of the first
+    outlasts two timeouts: the watchdog's second interrupt, meant to stop a consumer,
+    landed in that save (there is no consumer after the script's end), and it was lost."""
+    proc = _run(tmp_path, _EXIT_CLOSE_SLOW, "run")
+    assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
+    assert "reached no yield" not in proc.stderr, proc.stderr[-3000:]
+    resumed = _run(tmp_path, _EXIT_CLOSE_SLOW, "resume")
+    assert "x starts from 2" in resumed.stdout and "y starts from 2" in resumed.stdout, (
+        resumed.stdout, proc.stderr[-3000:])
+
+
+@pytest.mark.parametrize("mode", ["cleanup", "save"])
+def test_the_programs_finally_is_not_cut_after_the_save_waited_for(
+    tmp_path: Path, mode: str
+) -> None:
+    """The watchdog waited for one close's save, which ended and stopped the consumer; the
+    program's finally then closed another iterator, whose save (or whose body's cleanup)
+    ran at the second deadline: 3d953e6 took it for the save it had waited for, and cut
+    it (that state lost, or the finally cut short)."""
+    proc = _run(tmp_path, _FINALLY_CLOSES_MORE, "run", env={"MODE": mode})
+    assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
+    assert "finally: b closed" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    resumed = _run(tmp_path, _FINALLY_CLOSES_MORE, "resume")
+    for name in "acb":
+        assert f"{name} starts from 2" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
