@@ -370,7 +370,7 @@ class _Execution:
         self.within: _signals.Active | None = None
         self.body_thread = self.thread  # the thread that resumed the body last
         self.leaving: BaseException | None = None  # what the run ends with, if it raises
-        self.closing = False  # its iterator is being closed (GeneratorExit at a yield)
+        self.closing = False  # its iterator was closed (GeneratorExit at a yield)
         # From the hand-over to the body's resumption: set with suspended, cleared only
         # once resuming completed (a SIGTERM raised at the resumption clears suspended)
         self.handed = False
@@ -1046,12 +1046,9 @@ class _Execution:
             # that reached no yield, and cut its save (review 62: the state was lost)
             self.stopping = self.closing = True
             try:
-                try:
-                    if self.step > start_step:
-                        self._checkpoint(self.held, self.step, force=True)
-                    self._flush_last()
-                finally:
-                    self.closing = False  # (saved: what follows is the body's cleanup)
+                if self.step > start_step:
+                    self._checkpoint(self.held, self.step, force=True)
+                self._flush_last()
             except BaseException as failed:
                 # The save's error is what the run ends with: kept, not taken for a close
                 # (review 61). Unless a finalizer closed the iterator (a `break`, the

@@ -574,14 +574,15 @@ def _watchdog() -> None:
         threading.Thread(target=_exit_guard, name="resumable-exit", daemon=True).start()
     if _wait_for_flagged(deadline + timeout) or interactive():
         return
-    if waited and not _script_over() and (
-            not _main_stopped
-            or any(r in _runs and getattr(r, "closing", False) for r in waited)):
-        # (looked at again: not when that save has ended and the consumer has been
-        # stopped, the program's own cleanup under way (reviews 66, 68: another close's
-        # save, or a body's finally, was cut); but when it still runs, or no one stopped
-        # the consumer (a break's close; review 67). Not after the script's end: the exit
-        # hook closes the others next, and this would cut that save; review 68)
+    if waited and not (_script_over() and not _exit_closed) and (
+            not _main_stopped or any(r in _runs for r in waited)):
+        # (looked at again: not when those closes have ended (their save and their body's
+        # cleanup) and the consumer has been stopped, the program's own cleanup under way
+        # (reviews 66, 68: another close's save, or a body's finally, was cut); but when
+        # one still runs, or no one stopped the consumer (a break's close; reviews 67,
+        # 69). Not while our exit hook closes the iterators left open: it closes the
+        # others next, and this would cut that save (review 68); but in an atexit
+        # function after it, as during the script (review 69))
         for run in [r for r in _flagged if r in _runs and r.thread is main
                     and not getattr(r, "stopping", False)]:
             _interrupt(run, timeout)

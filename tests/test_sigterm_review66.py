@@ -444,3 +444,179 @@ def test_the_programs_finally_is_not_cut_after_the_save_waited_for(
     resumed = _run(tmp_path, _FINALLY_CLOSES_MORE, "resume")
     for name in "acb":
         assert f"{name} starts from 2" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
+
+
+# Review 69 (of af96048): the second interrupt is still owed while a close it waited for
+# runs its body's cleanup, and to a consumer in an atexit function after our exit hook.
+
+_BREAK_SLOW_CLEANUP = """\
+# Two iterators open in the main thread; `a` is left by a `break` (its finalizer closes
+# it) as the SIGTERM comes (profile hook on _Execution._checkpoint: the SIGTERM as the
+# close's save begins). a's save is quick; a's *body* has a finally (its own cleanup, e.g.
+# joining a worker) that lasts until term_at + 1.5 timeouts (T=1): under way at the
+# watchdog's first deadline, over before its second. A break stops no consumer (README:
+# "a break (a finalizer) leaves the other consumer to the timeout"). The consumer then
+# works on b's state 2 for 30 s. Expected: the timeout stops the consumer, b's 2 saved,
+# exit 143.
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+K = float(os.environ.get("K", "1.5"))
+def until(k):
+    end = _signals._term_at + k * _signals.term_timeout()
+    while time.monotonic() < end:
+        threading.Event().wait(end - time.monotonic())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0}
+        try:
+            while s["i"] < n:
+                s["i"] += 1
+                yield s
+        finally:
+            if name == "a" and _signals._term_at is not None:
+                until(K)
+                print("a's body cleanup done", flush=True)
+    return f
+a, b = counter("a"), counter("b")
+if sys.argv[2] == "resume":
+    for f in (a, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+other = b.iter(10)
+next(other); next(other)          # the consumer holds b's 2
+for s in a.iter(10):
+    if s["i"] == 2:
+        sys.setprofile(hook)
+        break                     # the finalizer closes a as the SIGTERM comes
+print("after the break: the consumer works on b's 2", flush=True)
+threading.Event().wait(30)
+print("consumer's work done (not stopped)", flush=True)
+"""
+
+_CLOSE_CLEANUP_HANGS = """\
+# Two iterators open in the main thread (b holds 2, a holds 2). `a` is closed explicitly
+# as the SIGTERM comes (profile hook on _Execution._checkpoint: the SIGTERM as a's save
+# begins). a's save is quick; a's body's own finally (a join on a worker that died, say)
+# lasts until term_at + K timeouts (K=30: in effect it hangs). The program's finally would
+# then close b. README: a body that does not reach its yield within the timeout is
+# interrupted; "A close whose save hangs beside another open iterator ... the exemption
+# lapses after a second timeout" (review 64). Expected: b's 2 saved, exit 143.
+import os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+K = float(os.environ.get("K", "30"))
+def until(k):
+    end = _signals._term_at + k * _signals.term_timeout()
+    while time.monotonic() < end:
+        threading.Event().wait(end - time.monotonic())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0}
+        try:
+            while s["i"] < n:
+                s["i"] += 1
+                yield s
+        finally:
+            if name == "a" and _signals._term_at is not None:
+                print("a's body cleanup begins", flush=True)
+                until(K)
+                print("a's body cleanup done", flush=True)
+    return f
+a, b = counter("a"), counter("b")
+if sys.argv[2] == "resume":
+    for f in (a, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+bi = b.iter(10); next(bi); next(bi)
+ai = a.iter(10); next(ai); next(ai)
+try:
+    sys.setprofile(hook)
+    ai.close()
+    print("close returned", flush=True)
+finally:
+    print("finally: closing b", flush=True)
+    bi.close()
+    print("finally: b closed", flush=True)
+"""
+
+_ATEXIT_BREAK = """\
+# A consumer in the program's own atexit function (registered after the first run; README:
+# "A consumer in the program's own atexit function is stopped at once, as during the
+# script"). It opens b (holds 2) and a; leaves a by a `break` as the SIGTERM comes
+# (profile hook on _Execution._checkpoint); a's pickle lasts until term_at + 1.5 T (T=1).
+# A break stops no consumer; the timeout is to. The consumer then works on b's 2 for 30 s.
+# Expected: the consumer stopped, b's 2 saved, exit 143.
+import atexit, os, signal, sys, threading, time
+from resumable import checkpointed, _signals
+from resumable._decorator import _Execution
+os.environ["RESUMABLE_TERM_TIMEOUT"] = "1"
+class Slow:
+    armed = False
+    def __reduce__(self):
+        if Slow.armed and _signals._term_at is not None:
+            end = _signals._term_at + 1.5 * _signals.term_timeout()
+            while time.monotonic() < end:
+                threading.Event().wait(end - time.monotonic())
+            print("a's slow pickle done", flush=True)
+        return (Slow, ())
+def counter(name):
+    @checkpointed(store=sys.argv[1], run_id=name, every=1000)
+    def f(n, *, state=None):
+        print(name, "starts from", state and state["i"], flush=True)
+        s = state or {"i": 0, "h": Slow() if name == "a" else None}
+        while s["i"] < n:
+            s["i"] += 1
+            yield s
+    return f
+a, b, w = counter("a"), counter("b"), counter("w")
+if sys.argv[2] == "resume":
+    for f in (a, b):
+        it = f.iter(10); next(it); it.close()
+    sys.exit(0)
+for _ in w.iter(2):   # a first run (the library's hooks are registered), finished
+    pass
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _Execution._checkpoint.__code__:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+def late():
+    bi = b.iter(10); next(bi); next(bi)
+    for s in a.iter(10):
+        if s["i"] == 2:
+            Slow.armed = True
+            sys.setprofile(hook)
+            break
+    print("atexit: after the break, works on b's 2", flush=True)
+    threading.Event().wait(30)
+    print("atexit: work done (not stopped)", flush=True)
+atexit.register(late)
+print("script over", flush=True)
+"""
+
+
+@pytest.mark.parametrize("code", [_BREAK_SLOW_CLEANUP, _CLOSE_CLEANUP_HANGS, _ATEXIT_BREAK],
+                         ids=["break-slow-cleanup", "close-cleanup-hangs", "atexit-break"])
+def test_the_other_iterator_is_saved_when_a_close_runs_long(tmp_path: Path, code: str) -> None:
+    """af96048 counted a close as waited for only while its save ran, not through its
+    body's cleanup, and made no second interrupt after the script's end: with a break's
+    slow cleanup, a close's hanging cleanup, or a consumer in an atexit function, the other
+    iterator's consumer was never stopped, and its state (2) was lost at the hard exit."""
+    proc = _run(tmp_path, code, "run")
+    assert proc.returncode == EXIT_SIGTERM, (proc.returncode, proc.stderr[-3000:])
+    resumed = _run(tmp_path, code, "resume")
+    assert "b starts from 2" in resumed.stdout, (resumed.stdout, proc.stderr[-3000:])
