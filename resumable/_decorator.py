@@ -443,6 +443,11 @@ class _Execution:
     def saving(self) -> bool:
         return self.uploader.pending
 
+    def _finalized(self) -> bool:
+        """Its iterator is being closed by its finalizer (a `break`, `del`, the collector):
+        Python clears the weak reference first, and drops what the close raises."""
+        return self.outer is not None and self.outer() is None
+
     def close_at_exit(self) -> None:
         outer = self.outer() if self.outer is not None else None
         if outer is not None:
@@ -1034,8 +1039,7 @@ class _Execution:
                 self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
             log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
-                        self._saved_step(), "stopping" if _signals.interactive()
-                        else "exiting with 143")
+                        self._saved_step(), _signals.outcome())
             if self.thread is threading.main_thread():
                 _signals.chain_once()
             raise
@@ -1054,7 +1058,7 @@ class _Execution:
                 # (review 61). Unless a finalizer closed the iterator (a `break`, the
                 # collector: its weak reference is cleared first), which drops the error
                 # (Python prints it): then it was a close (review 62: the SIGTERM lost).
-                if self.outer is None or self.outer() is not None:
+                if not self._finalized():
                     leaving = failed
                 elif self.terminate:  # (said now: the signal sent on may end us first)
                     log.error("SIGTERM: run %s: saving the state its dropped iterator held "
@@ -1062,8 +1066,7 @@ class _Execution:
                 raise
             if self.terminate:
                 log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
-                            self._saved_step(), "stopping" if _signals.interactive()
-                            else "exiting with 143")
+                            self._saved_step(), _signals.outcome())
             raise
         except BaseException as err:
             leaving = err
@@ -1096,13 +1099,12 @@ class _Execution:
                 # FencedError says more than 143: review 58); the handler serves the next
                 # SIGTERM afresh, and a run started meanwhile does not start.
                 log.warning("SIGTERM: run %s saved at step %d as it ended; %s", run.where(),
-                            self._saved_step(), "stopping" if _signals.interactive()
-                            else "exiting with 143")
+                            self._saved_step(), _signals.outcome())
                 _signals.chain_once()
                 raise _signals.terminated()
             if (self.terminate and isinstance(leaving, GeneratorExit)
                     and threading.current_thread() is threading.main_thread()
-                    and (self.outer is None or self.outer() is not None)
+                    and not self._finalized()
                     and _signals.consumers_to_stop()):
                 # Closed as the SIGTERM came, beside other iterators open in this thread:
                 # the handler could not stop their consumer while this close saved (its

@@ -60,6 +60,11 @@ class TerminatedInteractive(KeyboardInterrupt):
 TERMINATION = (Terminated, TerminatedInteractive)
 
 
+def outcome() -> str:
+    """What a run saved after a SIGTERM goes on to, as its log line says."""
+    return "stopping" if interactive() else "exiting with 143"
+
+
 def interactive() -> bool:
     """True in ``python -i``, the plain REPL, IPython and Jupyter kernels."""
     if sys.flags.interactive or hasattr(sys, "ps1"):
