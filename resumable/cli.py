@@ -81,6 +81,9 @@ class ObjectInfo:
     # A name resumable never writes (someone's model.pt): not read, so neither verified
     # nor damage to the run (no problem, bytes and verified null in --json).
     foreign: bool = False
+    # Listed, then deleted before it was read: retention of a live run (a checkpoint),
+    # or a deletion of the run; no damage (its problem says what happened).
+    gone: bool = False
 
 
 def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, int] | None:
@@ -122,7 +125,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     else:
         found = _read_head(store, f"{run_id}/{name}")
     if found is None:  # deleted (retention of a live run) between the listing and now
-        return ObjectInfo(name, kind, 0, problem="disappeared while reading")
+        return ObjectInfo(name, kind, 0, problem="disappeared while reading", gone=True)
     data, size = found
     if small is not None and memoryview(data).nbytes == size:
         small[name] = data  # the read covered the object (a small record): keep it
@@ -290,6 +293,8 @@ def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | 
     if RESULT not in names:
         return None
     info = _inspect(store, run_id, RESULT, None, full=False)
+    if info.gone:  # (the run deleted since the listing)
+        return None
     if info.problem or info.epoch is None:
         return info if info.problem else None
     key = _signing_key(KEY_ENV)
@@ -304,8 +309,14 @@ def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | 
             continue
         try:
             _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{name}")
-        except _format.InvalidObject:
-            continue  # a stray or forged record fences nothing
+        except _format.InvalidObject as err:
+            if err.tampered:
+                # Intact, but its signature does not check with the key at hand (the run
+                # signed with another key, or unsigned while $RESUMABLE_SIGNING_KEY is set):
+                # it may be the attempt extending the run, so the run is not taken for
+                # completed (review 100: `rm --completed` deleted a run under extension)
+                return None
+            continue  # a damaged or stray record fences nothing
         return None  # a newer attempt claimed the run after the result: not completed
     return info
 
@@ -483,7 +494,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if ckpt is not None and read_headers:
             info = headers[run_id]
             row.update(newest_created=info.created, newest_bytes=info.bytes,
-                       newest_problem=info.problem)
+                       newest_problem=None if info.gone else info.problem)
         elif ckpt is not None:
             item = about[f"{run_id}/{ckpt}"]
             row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
@@ -516,6 +527,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def _verified_text(info: ObjectInfo) -> str:
     if _foreign(info):
         return "not resumable's, not read"  # (no damage to the run: no "NO")
+    if info.gone:
+        return "gone: deleted after the listing"
     if info.problem:
         return f"NO: {info.problem}"
     if info.verified is None:
@@ -585,9 +598,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                       else whole if _kind_of(n) in ("epoch", "result") else None)
              for n in names]
     history = _history(args.run_id, records)
-    attempts, failing = _verified_attempts(args.run_id, infos, whole, key)
+    attempts, failing, unchecked = _verified_attempts(args.run_id, infos, whole, key)
     complete, result_problem, status = _result_status(store, args, infos, whole, key,
-                                                      attempts)
+                                                      attempts, unchecked)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
                           "objects": [asdict(i) for i in infos], "history": history,
@@ -615,8 +628,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInfo],
-                   whole: dict[str, Any], key: bytes | None,
-                   attempts: list[int]) -> tuple[bool, str | None, str]:
+                   whole: dict[str, Any], key: bytes | None, attempts: list[int],
+                   unchecked: Sequence[int] = ()) -> tuple[bool, str | None, str]:
     """(completed, why the result fails verification or None, the `complete:` line).
 
     Without --verify a result of up to 64 KiB is held whole by its header read and is
@@ -642,17 +655,25 @@ def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInf
     if newer:
         return False, None, (f"no: attempt {max(newer)} started after the result (written by "
                              f"attempt {result.epoch}) and is extending the run")
+    newer = [e for e in unchecked if e > (result.epoch or 0)]
+    if newer:  # (as `rm --completed` reads it: such a run is not deleted as completed)
+        return False, None, (
+            f"no: attempt {max(newer)} started after the result (written by attempt "
+            f"{result.epoch}), and may be extending the run; its record is intact but its "
+            f"signature does not check with ${_key_env(args)}: set it to the run's key")
     return True, None, "yes" + ("" if checked else " (the result's header was read; "
                                 "`show --verify` verifies it whole)")
 
 
 def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, Any],
-                       key: bytes | None) -> tuple[list[int], list[str]]:
+                       key: bytes | None) -> tuple[list[int], list[str], list[int]]:
     """The epochs of the run's attempt records that verify (checksum; the signature too
-    with ``key``), and the names of those that do not. The records are a few hundred
-    bytes, so the header reads of `show` hold them whole: no request more. One larger
-    than a header read is no record the library writes, and fails."""
-    epochs, failing = [], []
+    with ``key``), the names of those that do not, and the epochs among those whose
+    record is intact but fails only its signature check (another key, or none). The
+    records are a few hundred bytes, so the header reads of `show` hold them whole: no
+    request more. One larger than a header read is no record the library writes, and
+    fails."""
+    epochs, failing, unchecked = [], [], []
     for info in infos:
         if _kind_of(info.name) != "epoch":
             continue
@@ -662,10 +683,11 @@ def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, A
                 _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{info.name}")
                 epochs.append(int(info.name[len(EPOCH):]))
                 continue
-        except _format.InvalidObject:
-            pass
+        except _format.InvalidObject as err:
+            if err.tampered:
+                unchecked.append(int(info.name[len(EPOCH):]))
         failing.append(info.name)
-    return epochs, failing
+    return epochs, failing, unchecked
 
 
 def _foreign(info: ObjectInfo) -> bool:
@@ -677,8 +699,12 @@ def _foreign(info: ObjectInfo) -> bool:
 def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) -> int:
     """0 when every object of the run verified; else the error line and the exit code
     (tampered or corrupt) that `verify` and `show --verify` share."""
-    bad = [i for i in infos if i.problem and not _foreign(i)]
+    bad = [i for i in infos if i.problem and not _foreign(i) and not i.gone]
     if not bad:
+        if infos and all(i.gone or _foreign(i) for i in infos):
+            print(f"{PROG}: error: run {args.run_id!r} in {store.url} was deleted while it "
+                  f"was read: every object of it is gone", file=sys.stderr)
+            return EXIT_NOT_FOUND
         return 0
     ours = sum(1 for i in infos if not _foreign(i))  # (files it never writes: not counted)
     print(f"{PROG}: error: {len(bad)} of {ours} object(s) of run {args.run_id!r} in "
@@ -697,6 +723,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if _foreign(info):
             print(f"skip  {info.name}: {FOREIGN}")
             continue
+        if info.gone:  # (retention of a live run: the newer checkpoints are checked)
+            print(f"gone  {info.name}: deleted after the listing, before it was read (the "
+                  "run's retention, if it is running)")
+            continue
         print(f"{'FAIL' if info.problem else 'ok  '}  {info.name}"
               + (f": {info.problem}" if info.problem else ""))
     unchecked = [i for i in infos if i.signed and not i.signature_checked and not i.problem]
@@ -707,7 +737,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if failed:
         return failed
     verified = sum(1 for i in infos if not i.problem and not _foreign(i))
-    print(f"run {args.run_id}: {verified} object(s) verified, {len(ckpts)} checkpoint(s)")
+    gone = sum(1 for i in ckpts if i.gone)
+    print(f"run {args.run_id}: {verified} object(s) verified, {len(ckpts) - gone} "
+          f"checkpoint(s)" + (f" ({gone} more deleted while verifying)" if gone else ""))
     return 0
 
 
@@ -758,8 +790,14 @@ def _rm_completed(args: argparse.Namespace) -> int:
         info = _completed(store, run_id, names)
         if info is None:
             continue  # no result, or a newer attempt is extending the run
+        if not info.problem and info.created is not None:
+            # The whole result, checksum verified, before its run goes: a damaged result
+            # is the run's no longer, and its checkpoints are the way back (review 100:
+            # a payload bit flip passed the header read, and the run was deleted)
+            info = _inspect(store, run_id, RESULT, None)
         if info.problem or info.created is None:
-            print(f"skipping {run_id}: its result record cannot be read ({info.problem})",
+            print(f"skipping {run_id}: its result record cannot be read ({info.problem}); "
+                  f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(run_id)}` tells more",
                   file=sys.stderr)
             continue
         seconds = now - datetime.fromisoformat(info.created).timestamp()

@@ -288,8 +288,8 @@ def test_foreign_pickle_named_like_newest_is_never_unpickled(tmp_path: Path) -> 
 def test_leftover_temp_files_are_ignored(tmp_path: Path) -> None:
     """Temp files of an interrupted write are invisible to readers and listings."""
     evolve, folder, ckpts = crashed_run(tmp_path)
-    (folder / f".tmp-{ckpts[-1].name}-deadbeef").write_bytes(b"partial")
-    (folder / ".tmp-ckpt-99999999-999999999999-x").write_bytes(b"partial")
+    (folder / f".tmp-{ckpts[-1].name}-{'deadbeef' * 4}").write_bytes(b"partial")
+    (folder / f".tmp-ckpt-99999999-999999999999-{'0' * 32}").write_bytes(b"partial")
     assert evolve.latest(8).key.endswith(ckpts[-1].name)
     assert evolve(8) is not None
 

@@ -501,7 +501,7 @@ def test_a_claim_keeps_the_temp_file_of_a_newer_claimant(tmp_path: Path) -> None
         def remove_temp_files(self, prefix: str, older_than: float | None = None) -> int:
             return local.remove_temp_files(prefix, *([] if older_than is None else [older_than]))
 
-    stale = tmp_path / "r" / f"{TMP_PREFIX}ckpt-00000000-000000000001-dead"
+    stale = tmp_path / "r" / f"{TMP_PREFIX}ckpt-00000000-000000000001-{'dead' * 8}"
     stale.parent.mkdir()
     stale.write_bytes(b"killed mid-save")
     os.utime(stale, (1, 1))

@@ -58,8 +58,8 @@ def test_temp_files_of_a_run_below_are_not_removed(tmp_path: Path) -> None:
     inner = checkpointed(store=str(store / "exp"), run_id="island-0")(_gen)
     outer(2)
     inner(2)
-    inflight = store / "exp" / "island-0" / f"{TMP_PREFIX}ckpt-inflight"
-    own = store / "exp" / f"{TMP_PREFIX}ckpt-killed"
+    inflight = store / "exp" / "island-0" / f"{TMP_PREFIX}ckpt-00000001-000000000003-{'1' * 32}"
+    own = store / "exp" / f"{TMP_PREFIX}ckpt-00000001-000000000003-{'2' * 32}"
     for path in (inflight, own):
         path.write_bytes(b"x")
     outer.reset(2)

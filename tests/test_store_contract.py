@@ -308,11 +308,13 @@ class TestStoreContract:
 
 
 def test_local_temp_files_are_never_listed(tmp_path: Path) -> None:
-    """Half-written temp files of the local store are invisible to list() and get()."""
+    """Half-written temp files of the local store are invisible to list() and get().
+    (Named as the store names them, `.tmp-<object>-<32 hex>`: a user's `.tmp-notes.txt`
+    is listed, tests/test_cli_review100.py.)"""
     store = LocalStore(tmp_path)
     store.put("run/ckpt-1", [b"done"])
-    (tmp_path / "run" / f"{TMP_PREFIX}ckpt-2-0123abcd").write_bytes(b"half")
-    (tmp_path / f"{TMP_PREFIX}top").write_bytes(b"half")
+    (tmp_path / "run" / f"{TMP_PREFIX}ckpt-2-{'0123abcd' * 4}").write_bytes(b"half")
+    (tmp_path / f"{TMP_PREFIX}top-{'f' * 32}").write_bytes(b"half")
     assert store.list("") == ["run/ckpt-1"]
     assert store.list("run/") == ["run/ckpt-1"]
     assert store.list("run/ckpt-") == ["run/ckpt-1"]
@@ -321,7 +323,7 @@ def test_local_temp_files_are_never_listed(tmp_path: Path) -> None:
     assert store.put_if_absent("run/ckpt-1", [b"again"]) is False
     store.put("run/ckpt-3", [b"three"])
     leftovers = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert leftovers == [f"{TMP_PREFIX}ckpt-2-0123abcd", "ckpt-1", "ckpt-3"]
+    assert leftovers == [f"{TMP_PREFIX}ckpt-2-{'0123abcd' * 4}", "ckpt-1", "ckpt-3"]
 
 
 # -- model-based: random put/delete sequences against a dict -------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import logging
 import os
+import re
 import stat
 import uuid
 from pathlib import Path
@@ -17,7 +19,17 @@ from .._errors import ConfigurationError, StoreError
 from . import Listed
 from ._base import Payload
 
+log = logging.getLogger("resumable")
 TMP_PREFIX = ".tmp-"
+# The temp files this store writes: TMP_PREFIX, the object's name, "-", 32 hex digits. A
+# file of the user's that merely starts with ".tmp-" is theirs: listed, and never removed
+# as a leftover (review 100: a `.tmp-notes.txt` went at the next claim and at `rm`).
+_TEMP_NAME = re.compile(r"\.tmp-.+-[0-9a-f]{32}\Z", re.DOTALL)
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is one of this store's temp files (an unfinished write)."""
+    return _TEMP_NAME.match(name) is not None
 
 
 def _check_folder(root: Path, url: str) -> None:
@@ -196,17 +208,37 @@ class LocalStore:
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         folder = prefix.rpartition("/")[0]
         found: list[str] = []
-        # os.walk ignores a missing folder: a run with no objects lists as empty.
-        for dirpath, _dirnames, filenames in os.walk(self._path(folder) if folder else self.root):
+        top = self._path(folder) if folder else self.root
+        unread: list[OSError] = []
+
+        def failed(err: OSError) -> None:
+            # A missing folder lists as empty (a run with no objects, or one deleted
+            # during the walk); any other error was silently a folder left out (review
+            # 100: a run folder of mode 000 was missing from `ls`, and "no run" to `show`)
+            if not isinstance(err, FileNotFoundError | NotADirectoryError):
+                unread.append(err)
+
+        for dirpath, _dirnames, filenames in os.walk(top, onerror=failed):
             rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in filenames:
                 key = name if rel == "." else f"{rel}/{name}"
                 if (
                     key.startswith(prefix)
-                    and not name.startswith(TMP_PREFIX)
+                    and not is_temp_name(name)
                     and (start_after is None or key > start_after)
                 ):
                     found.append(key)
+        for err in unread:
+            where = Path(err.filename) if err.filename else top
+            if where == top:  # the folder asked for: nothing of it could be listed
+                raise self._fail("listing", prefix, err) from err
+            # A folder below it (another run's, or someone's lost+found at a volume's
+            # root): the rest is listed, and the one left out is named
+            rel = where.relative_to(self.root).as_posix() if where.is_relative_to(
+                self.root) else str(where)
+            log.warning("could not list the folder %r in %s: %s; what is in it is left "
+                        "out (check the folder's owner and mode)", rel, self.url,
+                        err.strerror or err)
         return sorted(found)
 
     def list_info(self, prefix: str) -> builtins.list[Listed]:
@@ -256,7 +288,7 @@ class LocalStore:
         # Only the folder's own: a folder below it is another run's (a store nested in
         # it), whose write under way this would cut (review 37).
         for name in names:
-            if not name.startswith(TMP_PREFIX):
+            if not is_temp_name(name):
                 continue
             path = os.path.join(folder, name)
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):

@@ -1,0 +1,238 @@
+"""Review 100 (the CLI and the local store, hostile pass): `rm --completed` must never take
+a run under extension or with a damaged result for completed; `verify` of a live run is
+not damage when retention deletes what it listed; a user's `.tmp-*` file is theirs; a
+folder that cannot be read is an error or a named warning, never silently left out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable import checkpointed
+from resumable import cli as cli_module
+from resumable.cli import main
+from resumable.stores import open_store
+from tests.wrappers import DelegatingStore
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY_A = "a1" * 32
+KEY_B = "b2" * 32
+
+
+class Stop(Exception):
+    """The pod dies mid-run (the body raises after a saved generation)."""
+
+
+def _extended(store: Path, signing_key: str | None) -> None:
+    """Run "exp" completes at 10 generations, then is called with 100 (``ignore=``) and
+    stops after 60: the newer attempt is extending the completed run."""
+    stop_at = [0]
+
+    @checkpointed(every="generation", store=str(store), run_id="exp",
+                  ignore=["generations"], signing_key=signing_key)
+    def evolve(generations: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        if state is None:
+            state = {"generation": 0, "x": 0.0}
+        while state["generation"] < generations:
+            state["x"] += 0.5
+            state["generation"] += 1
+            yield state
+            if state["generation"] == stop_at[0]:
+                raise Stop
+        return state["x"]
+
+    assert evolve(10) == 5.0
+    stop_at[0] = 60
+    with pytest.raises(Stop):
+        evolve(100)
+
+
+@pytest.mark.parametrize("signed_with, shell_key", [
+    (None, KEY_B),  # an unsigned run, another project's key in the shell
+    (KEY_A, KEY_B),  # key rotation: signed with the old key, the shell holds the new one
+])
+def test_rm_completed_keeps_a_run_under_extension_whatever_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        signed_with: str | None, shell_key: str) -> None:
+    store = tmp_path / "store"
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    _extended(store, signed_with)
+    newest = max(p.name for p in (store / "exp").iterdir() if p.name.startswith("ckpt-"))
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", shell_key)
+    capsys.readouterr()
+    assert main(["rm", "--completed", str(store), "--yes"]) == 0
+    assert "no completed runs" in capsys.readouterr().out
+    assert (store / "exp" / newest).exists(), "generation 60 of the extension was deleted"
+    assert main(["ls", str(store)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("exp"))
+    assert " no " in f" {row} ", row
+    main(["show", str(store), "exp"])
+    out = capsys.readouterr().out
+    assert "complete: no: attempt 2 started after the result" in out, out
+
+
+def test_rm_completed_skips_a_run_whose_result_fails_verification(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+
+    @checkpointed(every="generation", store=str(store), run_id="walk", keep=None)
+    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        state = state or {"step": 0}
+        while state["step"] < steps:
+            state["step"] += 1
+            yield state
+        return state["step"]
+
+    assert walk(6) == 6
+    result = store / "walk" / "result"
+    data = bytearray(result.read_bytes())
+    data[-1] ^= 1  # one bit of the payload: the header still reads
+    result.write_bytes(bytes(data))
+    before = sorted(p.name for p in (store / "walk").iterdir())
+    assert main(["rm", "--completed", str(store), "--yes"]) == 0
+    captured = capsys.readouterr()
+    assert "skipping walk: its result record cannot be read" in captured.err, captured.err
+    assert "checksum mismatch" in captured.err
+    assert sorted(p.name for p in (store / "walk").iterdir()) == before
+
+
+def test_a_users_tmp_file_is_kept_and_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the store's own temp names (`.tmp-<object>-<32 hex>`) are leftovers."""
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+    stop_at = [3]
+
+    @checkpointed(every="generation", store=str(store), run_id="t", keep=None)
+    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        state = state or {"step": 0}
+        while state["step"] < steps:
+            state["step"] += 1
+            yield state
+            if state["step"] == stop_at[0]:
+                raise Stop
+        return state["step"]
+
+    with pytest.raises(Stop):
+        walk(8)
+    notes = store / "t" / ".tmp-notes.txt"
+    notes.write_text("my notes")
+    os.utime(notes, (1, 1))  # old, as a leftover of a killed save would be
+    leftover = store / "t" / (".tmp-ckpt-00000001-000000000004-" + "0" * 32)
+    leftover.write_bytes(b"half a checkpoint")
+    os.utime(leftover, (1, 1))
+    assert main(["show", str(store), "t"]) == 0
+    assert ".tmp-notes.txt" in capsys.readouterr().out
+    stop_at[0] = 0
+    assert walk(8) == 8  # the next attempt claims the run, and clears leftovers
+    assert notes.read_text() == "my notes"
+    assert not leftover.exists()
+    assert main(["rm", str(store), "t", "--yes"]) == 0
+    assert ".tmp-notes.txt" in capsys.readouterr().out  # named as kept
+    assert notes.read_text() == "my notes"
+
+
+class _RetentionAfterListing(DelegatingStore):
+    """Deletes the run's oldest checkpoint right after a listing returns it, as the
+    retention of the live run does between `verify`'s listing and its reads."""
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        names = self.inner.list(prefix, start_after)
+        ckpts = sorted(n for n in names if "/ckpt-" in n)
+        if ckpts:
+            self.inner.delete(ckpts[0])
+        return names
+
+
+def test_verify_of_a_live_run_is_not_failed_by_retention(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+
+    @checkpointed(every="generation", store=str(store), run_id="live", keep=3)
+    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        state = state or {"step": 0}
+        while state["step"] < steps:
+            state["step"] += 1
+            yield state
+        return state["step"]
+
+    assert walk(5) == 5
+    ckpts = sum(1 for p in (store / "live").iterdir() if p.name.startswith("ckpt-"))
+    assert ckpts >= 2
+    real_open = cli_module.open_store
+    monkeypatch.setattr(cli_module, "open_store",
+                        lambda url: _RetentionAfterListing(real_open(url)))
+    assert main(["verify", str(store), "live"]) == 0
+    out = capsys.readouterr().out
+    assert "gone  ckpt-" in out and "FAIL" not in out, out
+    assert f"{ckpts - 1} checkpoint(s) (1 more deleted while verifying)" in out, out
+    assert main(["show", "--verify", str(store), "live"]) == 0
+    assert "gone: deleted after the listing" in capsys.readouterr().out
+
+
+def _unprivileged() -> list[str] | None:
+    """A command prefix under which permission bits apply: none for a normal user; for
+    root, setpriv without the capabilities that override them; None if neither."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    probe = subprocess.run([setpriv, "--bounding-set", "-dac_override,-dac_read_search",
+                            "true"], capture_output=True)
+    return None if probe.returncode else [
+        setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner"]
+
+
+def test_an_unreadable_folder_is_named_not_left_out(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be tested")
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+    for run_id in ("runA", "runB"):
+        @checkpointed(every="generation", store=str(store), run_id=run_id)
+        def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+            state = state or {"step": 0}
+            while state["step"] < steps:
+                state["step"] += 1
+                yield state
+            return state["step"]
+        walk(3)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*prefix, sys.executable, "-m", "resumable.cli", *argv],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    os.chmod(store / "runB", 0)
+    try:
+        listed = cli("ls", str(store))
+        assert listed.returncode == 0, listed.stderr
+        assert "runA" in listed.stdout
+        assert "could not list the folder 'runB'" in listed.stderr, listed.stderr
+        shown = cli("show", str(store), "runB")
+        assert shown.returncode == 74, (shown.returncode, shown.stdout, shown.stderr)
+        assert "Permission denied" in shown.stderr and "runB" in shown.stderr
+        os.chmod(store / "runB", 0o755)
+        os.chmod(store, 0o311)  # the store's own folder: searchable, not readable
+        listed = cli("ls", str(store))
+        assert listed.returncode == 74, (listed.returncode, listed.stdout, listed.stderr)
+        assert "Permission denied" in listed.stderr
+        assert "check the folder's owner and mode" in listed.stderr
+        assert open_store(str(store)).list("runA/")  # (the store itself is intact)
+    finally:
+        os.chmod(store, 0o755)
+        os.chmod(store / "runB", 0o755)
