@@ -154,6 +154,22 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     return info
 
 
+def _confirm_gone(store: Store, run_id: str, infos: list[ObjectInfo]) -> None:
+    """A checkpoint that vanished between the listing and its read stays "gone" (the
+    retention of a live run) only if a second listing no longer has it; any other object
+    that vanished, or one still listed (a dangling symbolic link), fails as before
+    (review 101: a missing result passed `verify` as retention)."""
+    gone = [i for i in infos if i.gone]
+    if not gone:
+        return
+    still = set(_run_names(store, run_id))
+    for info in gone:
+        if info.name in still or parse_ckpt_name(info.name) is None:
+            info.gone = False
+            if info.name in still:
+                info.problem = "listed, but cannot be read (a dangling link?)"
+
+
 def _iso_time(created: float) -> str | None:
     """The header's creation time as ISO 8601, or None when no date has it (damage)."""
     try:
@@ -305,20 +321,41 @@ def _completed(store: Store, run_id: str, names: Sequence[str]) -> ObjectInfo | 
         if int(tail) <= info.epoch:
             break  # older records cannot be newer than the result
         data = store.get(f"{run_id}/{name}")
-        if data is None:
-            continue
-        try:
-            _format.decode(data, key=key, kind="epoch", name=f"{run_id}/{name}")
-        except _format.InvalidObject as err:
-            if err.tampered:
-                # Intact, but its signature does not check with the key at hand (the run
-                # signed with another key, or unsigned while $RESUMABLE_SIGNING_KEY is set):
-                # it may be the attempt extending the run, so the run is not taken for
-                # completed (review 100: `rm --completed` deleted a run under extension)
-                return None
-            continue  # a damaged or stray record fences nothing
-        return None  # a newer attempt claimed the run after the result: not completed
+        if data is not None and _claims_run(store, run_id, name, data, key, info):
+            return None  # a newer attempt claimed the run after the result: not completed
     return info
+
+
+def _claims_run(store: Store, run_id: str, name: str, data: Any, key: bytes | None,
+                result: ObjectInfo) -> bool:
+    """Whether the attempt record ``name``, newer than the run's ``result``, is the run's
+    own: an attempt started after the result, which may be extending the run.
+
+    A damaged record, or one written under another name (copied), fences nothing, as for
+    the library. One intact and named for this run whose signature does not check with
+    ``key`` is the run's own when the key at hand is not the run's: the record unsigned
+    in an unsigned run (a key set in the shell), or signed in a signed run whose result
+    does not check with the key either (key rotation). Such a run is not taken for
+    completed (review 100: `rm --completed` deleted a run under extension). Unsigned in a
+    signed run, or signed when the result checks with the key: a forgery (review 101).
+    """
+    where = f"{run_id}/{name}"
+    try:
+        header = _format.decode(data, kind="epoch", name=where).header
+    except _format.InvalidObject:
+        return False  # damaged, or another run's record (copied: its name says so)
+    if key is None:
+        return True
+    try:
+        _format.decode(data, key=key, kind="epoch", name=where)
+        return True
+    except _format.InvalidObject:
+        pass  # intact and named for this run: its signature does not check with the key
+    if not header.signed:
+        return not result.signed
+    if not result.signed:
+        return True  # (a signed attempt after an unsigned result: kept, to be safe)
+    return _inspect(store, run_id, RESULT, key).problem is not None
 
 
 def _signing_key(env_name: str) -> bytes | None:
@@ -597,8 +634,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                       small=records if n.startswith(CALL)
                       else whole if _kind_of(n) in ("epoch", "result") else None)
              for n in names]
+    _confirm_gone(store, args.run_id, infos)
     history = _history(args.run_id, records)
-    attempts, failing, unchecked = _verified_attempts(args.run_id, infos, whole, key)
+    attempts, failing, unchecked = _verified_attempts(store, args.run_id, infos, whole, key)
     complete, result_problem, status = _result_status(store, args, infos, whole, key,
                                                       attempts, unchecked)
     if args.json:
@@ -665,7 +703,8 @@ def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInf
                                 "`show --verify` verifies it whole)")
 
 
-def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, Any],
+def _verified_attempts(store: Store, run_id: str, infos: list[ObjectInfo],
+                       claims: dict[str, Any],
                        key: bytes | None) -> tuple[list[int], list[str], list[int]]:
     """The epochs of the run's attempt records that verify (checksum; the signature too
     with ``key``), the names of those that do not, and the epochs among those whose
@@ -674,6 +713,7 @@ def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, A
     request more. One larger than a header read is no record the library writes, and
     fails."""
     epochs, failing, unchecked = [], [], []
+    result = next((i for i in infos if i.name == RESULT), None)
     for info in infos:
         if _kind_of(info.name) != "epoch":
             continue
@@ -684,7 +724,8 @@ def _verified_attempts(run_id: str, infos: list[ObjectInfo], claims: dict[str, A
                 epochs.append(int(info.name[len(EPOCH):]))
                 continue
         except _format.InvalidObject as err:
-            if err.tampered:
+            if (err.tampered and result is not None
+                    and _claims_run(store, run_id, info.name, data, key, result)):
                 unchecked.append(int(info.name[len(EPOCH):]))
         failing.append(info.name)
     return epochs, failing, unchecked
@@ -718,6 +759,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     names = _require_run(store, args.run_id, args)
     infos = [_inspect(store, args.run_id, n, key) for n in names]
+    _confirm_gone(store, args.run_id, infos)
     ckpts = [i for i in infos if parse_ckpt_name(i.name) is not None]
     for info in infos:
         if _foreign(info):
@@ -790,15 +832,8 @@ def _rm_completed(args: argparse.Namespace) -> int:
         info = _completed(store, run_id, names)
         if info is None:
             continue  # no result, or a newer attempt is extending the run
-        if not info.problem and info.created is not None:
-            # The whole result, checksum verified, before its run goes: a damaged result
-            # is the run's no longer, and its checkpoints are the way back (review 100:
-            # a payload bit flip passed the header read, and the run was deleted)
-            info = _inspect(store, run_id, RESULT, None)
         if info.problem or info.created is None:
-            print(f"skipping {run_id}: its result record cannot be read ({info.problem}); "
-                  f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(run_id)}` tells more",
-                  file=sys.stderr)
+            _skip_unreadable(store, run_id, info)
             continue
         seconds = now - datetime.fromisoformat(info.created).timestamp()
         if min_age is not None and seconds < min_age:
@@ -818,8 +853,17 @@ def _rm_completed(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted", file=sys.stderr)
             return EXIT_FAILURE
-    total = 0
+    total = deleted = 0
     for run_id, listed, age in doomed:
+        # The whole result, checksum verified, before its run goes (one at a time, just
+        # before: a refused or unconfirmed command reads none): a damaged result is no
+        # result, and its checkpoints are the way back (review 100: a payload bit flip
+        # passed the header read, and the run was deleted)
+        info = _inspect(store, run_id, RESULT, None)
+        if info.problem:
+            _skip_unreadable(store, run_id, info)
+            continue
+        deleted += 1
         names = [n for n in listed if _kind_of(n)]  # (someone else's files stay)
         # The result last: a run whose deletion is interrupted still shows as complete.
         for name in sorted(names, key=lambda n: n == RESULT):
@@ -827,8 +871,14 @@ def _rm_completed(args: argparse.Namespace) -> int:
         total += len(names)
         print(f"deleted {run_id} (completed {age} ago, {len(names)} object(s))"
               f"{_kept([n for n in listed if not _kind_of(n)])}")
-    print(f"deleted {len(doomed)} completed run(s), {total} object(s), from {store.url}")
+    print(f"deleted {deleted} completed run(s), {total} object(s), from {store.url}")
     return 0
+
+
+def _skip_unreadable(store: Store, run_id: str, info: ObjectInfo) -> None:
+    print(f"skipping {run_id}: its result record cannot be read ({info.problem}); "
+          f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(run_id)}` tells more",
+          file=sys.stderr)
 
 
 def cmd_rm(args: argparse.Namespace) -> int:

@@ -145,10 +145,13 @@ class _RetentionAfterListing(DelegatingStore):
     """Deletes the run's oldest checkpoint right after a listing returns it, as the
     retention of the live run does between `verify`'s listing and its reads."""
 
+    done = False
+
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         names = self.inner.list(prefix, start_after)
         ckpts = sorted(n for n in names if "/ckpt-" in n)
-        if ckpts:
+        if ckpts and not self.done:  # (once per command: its second listing sees it gone)
+            self.done = True
             self.inner.delete(ckpts[0])
         return names
 
@@ -158,16 +161,8 @@ def test_verify_of_a_live_run_is_not_failed_by_retention(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
     store = tmp_path / "store"
-
-    @checkpointed(every="generation", store=str(store), run_id="live", keep=3)
-    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
-        state = state or {"step": 0}
-        while state["step"] < steps:
-            state["step"] += 1
-            yield state
-        return state["step"]
-
-    assert walk(5) == 5
+    _walked(store, "live", steps=5, stop=2)  # (two calls: two checkpoints at least, each
+    _walked(store, "live", steps=5)  # call's last state saved as it ends)
     ckpts = sum(1 for p in (store / "live").iterdir() if p.name.startswith("ckpt-"))
     assert ckpts >= 2
     real_open = cli_module.open_store
@@ -236,3 +231,107 @@ def test_an_unreadable_folder_is_named_not_left_out(tmp_path: Path,
     finally:
         os.chmod(store, 0o755)
         os.chmod(store / "runB", 0o755)
+
+
+# -- review 101 (of the fixes above) ------------------------------------------------------
+
+
+def _walked(store: Path, run_id: str, signing_key: str | None = None, steps: int = 4,
+            stop: int = 0) -> None:
+    @checkpointed(every="generation", store=str(store), run_id=run_id, keep=None,
+                  signing_key=signing_key)
+    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        state = state or {"step": 0}
+        while state["step"] < steps:
+            state["step"] += 1
+            yield state
+            if state["step"] == stop:
+                raise Stop
+        return state["step"]
+
+    if stop:
+        with pytest.raises(Stop):
+            walk(steps)
+    else:
+        assert walk(steps) == steps
+
+
+def test_verify_fails_a_result_that_is_listed_but_cannot_be_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A dangling symbolic link is listed and reads as missing: not retention (which
+    never deletes a result), so `verify` fails, as before review 100's fix."""
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+    _walked(store, "exp")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store / "exp" / "result").rename(elsewhere / "result")
+    (store / "exp" / "result").symlink_to(elsewhere / "result")
+    (elsewhere / "result").unlink()
+    assert main(["verify", str(store), "exp"]) == 65
+    out = capsys.readouterr().out
+    assert "FAIL  result: listed, but cannot be read" in out, out
+    assert main(["show", "--verify", str(store), "exp"]) == 65
+
+
+@pytest.mark.parametrize("stray", ["unsigned, same run id", "signed, another run's"])
+def test_a_stray_newer_attempt_record_does_not_keep_a_run_from_completed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        stray: str) -> None:
+    """A signed run completed by attempt 1, the right key in the shell, and an epoch-2
+    record that is no record of this run's (unsigned in a signed run, or copied from
+    another run signed with the same key): it fences nothing, as for the library."""
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store, source = tmp_path / "store", tmp_path / "source"
+    _walked(store, "exp", KEY_A)
+    if stray.startswith("unsigned"):
+        _walked(source, "exp", None, steps=4, stop=2)
+        _walked(source, "exp", None, steps=4, stop=3)
+        copied = source / "exp" / "epoch-00000002"
+    else:
+        _walked(source, "other", KEY_A, steps=4, stop=2)
+        _walked(source, "other", KEY_A, steps=4, stop=3)
+        copied = source / "other" / "epoch-00000002"
+    shutil.copy(copied, store / "exp" / "epoch-00000002")
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", KEY_A)
+    assert main(["ls", str(store)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("exp"))
+    assert " yes " in f" {row} ", row
+    assert main(["rm", "--completed", str(store), "--yes"]) == 0
+    assert "deleted 1 completed run(s)" in capsys.readouterr().out
+    assert not (store / "exp" / "result").exists()
+
+
+class _CountResultReads(DelegatingStore):
+    """Counts whole reads of results; header reads (``head``) go to the local store's."""
+
+    reads = 0
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        if key.endswith("/result"):
+            type(self).reads += 1
+        return self.inner.get(key)
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        return self.inner.head(key, n)  # type: ignore[attr-defined, no-any-return]
+
+
+def test_rm_completed_reads_no_result_whole_before_it_is_confirmed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-result check runs just before a run is deleted: a refused command (no
+    --yes, no terminal) reads none (review 101: a 200 MiB result was held for nothing)."""
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+    _walked(store, "a")
+    _walked(store, "b")
+    real_open = cli_module.open_store
+    monkeypatch.setattr(cli_module, "open_store",
+                        lambda url: _CountResultReads(real_open(url)))
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr(sys, "stdin", devnull)
+        assert main(["rm", "--completed", str(store)]) != 0
+    assert _CountResultReads.reads == 0
+    assert main(["rm", "--completed", str(store), "--yes"]) == 0
+    assert _CountResultReads.reads == 2
+    assert sorted(p.name for p in store.iterdir()) == []
