@@ -188,7 +188,10 @@ def _run_names(store: Store, run_id: str) -> list[str]:
     it (``<run_id>/<run>/ckpt-...``: ``run_id`` is then a folder of runs) is no object
     of the run: the library writes none there."""
     prefix = f"{run_id}/"
-    return [k[len(prefix):] for k in store.list(prefix) if "/" not in k[len(prefix):]]
+    # (not the empty name of the folder marker `<run_id>/` that S3 consoles create: no
+    # object of the run, shown as a blank row and kept as a nameless file, review 100)
+    return [k[len(prefix):] for k in store.list(prefix)
+            if k != prefix and "/" not in k[len(prefix):]]
 
 
 def _require_store(store: Store, args: argparse.Namespace, what: str = "") -> None:

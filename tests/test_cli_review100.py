@@ -335,3 +335,31 @@ def test_rm_completed_reads_no_result_whole_before_it_is_confirmed(
     assert main(["rm", "--completed", str(store), "--yes"]) == 0
     assert _CountResultReads.reads == 2
     assert sorted(p.name for p in store.iterdir()) == []
+
+
+def test_an_s3_folder_marker_is_no_object_of_the_run(
+        moto_server: Any, s3_env: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`<run_id>/`, the empty object the AWS console makes for a folder, was a blank row
+    in `show`, a 'skip  :' line in `verify` and a nameless kept file in `rm` (review 100)."""
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    s3_env(moto_server)
+    url = moto_server.new_store_url()
+
+    @checkpointed(every="generation", store=url, run_id="run")
+    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        state = state or {"step": 0}
+        while state["step"] < steps:
+            state["step"] += 1
+            yield state
+        return state["step"]
+
+    assert walk(3) == 3
+    open_store(url).put("run/", [b""])
+    assert main(["show", url, "run"]) == 0
+    out = capsys.readouterr().out
+    assert not [line for line in out.splitlines() if line.startswith(" ")], out
+    assert main(["verify", url, "run"]) == 0
+    assert "skip" not in capsys.readouterr().out
+    assert main(["rm", url, "run", "--yes"]) == 0
+    assert "keeping" not in capsys.readouterr().out
