@@ -129,14 +129,44 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 def _ng_identity(opt: Any) -> Any:
     """A nevergrad optimizer by value: its parameters carry random uids, so not vars()."""
     p = opt.parametrization
-    return {"name": getattr(opt, "name", None), "budget": opt.budget,
-            "num_workers": opt.num_workers, "asked": opt.num_ask, "told": opt.num_tell,
-            # (nevergrad names a Choice of functions with their addresses: not those)
-            "parametrization": _ADDRESS.sub(">", p.name), "dimension": p.dimension,
-            "value": p.value,
-            # None until someone draws or seeds; then its state (the seed).
-            "random_state": vars(p).get("_random_state"),
-            "constraints": vars(p).get("_constraint_checkers")}
+    identity = {
+        "name": getattr(opt, "name", None), "budget": opt.budget,
+        "num_workers": opt.num_workers, "asked": opt.num_ask, "told": opt.num_tell,
+        # (nevergrad names a Choice of functions with their addresses: not those)
+        "parametrization": _ADDRESS.sub(">", p.name), "dimension": p.dimension,
+        "value": p.value,
+        # None until someone draws or seeds; then its state (the seed).
+        "random_state": vars(p).get("_random_state"),
+        "constraints": vars(p).get("_constraint_checkers")}
+    if _ng_named(p):
+        # A name given with set_name() replaces a parameter's description (its bounds,
+        # its mutation) in the names above: two searches over Scalar(upper=1) and
+        # Scalar(upper=5), both named "lr", shared one run (review 99). Each parameter's
+        # own description, whatever its name; only then, so that the ids of the runs of
+        # parametrizations without such names stay as they were.
+        identity["structure"] = _ng_structure(p)
+    return identity
+
+
+def _ng_children(p: Any) -> dict[Any, Any] | None:
+    content = vars(p).get("_content") if hasattr(p, "__dict__") else None
+    return content if isinstance(content, dict) else None
+
+
+def _ng_named(p: Any) -> bool:
+    """Whether a parameter of the tree has a name given with set_name()."""
+    children = _ng_children(p)
+    return bool(vars(p).get("_name")) or (
+        children is not None and any(_ng_named(c) for c in children.values()))
+
+
+def _ng_structure(p: Any) -> Any:
+    """The parameter tree by each parameter's own description (not its set name)."""
+    children = _ng_children(p)
+    if children is not None:
+        return (type(p).__name__, vars(p).get("_name"),
+                {str(k): _ng_structure(c) for k, c in children.items()})
+    return (_ADDRESS.sub(">", p._get_name()), vars(p).get("_name"))
 
 
 _ADAPTERS = {
@@ -205,8 +235,9 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
     if adapter.name == "nevergrad":
         _refuse_recast(optimizer, options)
     if adapter.name == "pymoo":
-        from .pymoo import PYMOO_SERIALIZER
+        from .pymoo import PYMOO_SERIALIZER, refuse_unresumable
 
+        refuse_unresumable(optimizer, "resumable.integrations.ask_tell")
         options.setdefault("serializer", PYMOO_SERIALIZER)
     progress_option(options, budget, lambda state: adapter.best(state["optimizer"]))
 
@@ -246,9 +277,12 @@ def ask_tell(optimizer: Any, objective: Callable[..., Any] | None, budget: int |
     try:
         final = run_checkpointed("resumable.integrations.ask_tell", identity, body, options,
                                  ignorable=ignorable)
-    except SerializationError as err:
-        if adapter.name == "nevergrad" and "picklability" in str(err):
-            _stop_recast(optimizer)
+    except BaseException as err:
+        # A recast optimizer chosen inside a meta-optimizer (NGOpt picking Cobyla) runs its
+        # library in a thread, which would keep the process from exiting once the save
+        # failed (review 99: a pod hung); stopped whatever ended the run.
+        if adapter.name == "nevergrad" and _stop_recast(optimizer) and isinstance(
+                err, SerializationError):
             raise SerializationError(f"{err}. {_RECAST}") from err
         raise
     return adopt(optimizer, final)
@@ -271,8 +305,10 @@ def _refuse_recast(optimizer: Any, options: dict[str, Any]) -> None:
             f"picklability you should have asked for it\"). {_RECAST}")
 
 
-def _stop_recast(optimizer: Any) -> None:
-    """Stop the background thread of a recast optimizer chosen inside a meta-optimizer."""
+def _stop_recast(optimizer: Any) -> bool:
+    """Stop the background thread of a recast optimizer chosen inside a meta-optimizer;
+    whether there was one."""
+    stopped = False
     seen: set[int] = set()
     todo = [optimizer]
     while todo:
@@ -283,6 +319,8 @@ def _stop_recast(optimizer: Any) -> None:
         thread = getattr(opt, "_messaging_thread", None)
         if thread is not None:
             thread.stop()
+            stopped = True
         inner = vars(opt).get("_optim") if hasattr(opt, "__dict__") else None
         if inner is not None:
             todo.append(inner)
+    return stopped

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
-from .. import _settings
+from .. import _numpy, _rng, _settings
 from .._decorator import checkpointed
 from .._errors import ConfigurationError, RunMismatchError
 from .._identity import ignore_names
@@ -310,3 +310,102 @@ def adopt(target: Any, restored: Any) -> Any:
         vars(target).update(vars(restored))
         return target
     return restored
+
+
+HELD_RNGS = "held_rngs"  # (the state's key for them)
+_HELD_DEPTH = 3  # toolbox -> mutate (a partial) -> its keywords -> rng
+_HELD_NODES = 5000  # objects looked at, at most, per call
+
+
+class HeldRngs:
+    """The RNG objects held by the live objects a run takes from its caller instead of
+    from its checkpoint (a DEAP toolbox's registered operators, a pymoo problem, an
+    objective): found once per call, their states saved with every checkpoint and
+    restored in place on resume (review 99: a toolbox's
+    ``mutate(rng=np.random.default_rng(7))`` and a problem's ``self.rng`` went on from
+    their fresh states after a restart, and the result differed from the uninterrupted
+    run's).
+
+    ``attach(state)`` puts this object in the state dict: it pickles as the states of the
+    RNGs at the moment the state is pickled, i.e. at the yield, whatever the snapshot
+    path (a copy, a fork, a save in place). ``resume(state)`` puts a checkpoint's states
+    back into the live RNGs, by the path each was found at.
+    """
+
+    def __init__(self, holders: Mapping[str, Any]) -> None:
+        self.targets = _held_rngs(holders)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SavedRngs, ({path: _rng._get(obj) for path, obj in self.targets},))
+
+    def attach(self, state: Any) -> None:
+        if self.targets and isinstance(state, dict):
+            state[HELD_RNGS] = self
+
+    def resume(self, state: Any) -> None:
+        saved = state.get(HELD_RNGS) if isinstance(state, dict) else None
+        if isinstance(saved, SavedRngs):
+            for path, obj in self.targets:
+                if path in saved.states:
+                    try:
+                        _rng._set(obj, saved.states[path])
+                    except Exception as err:  # (another kind of generator there now)
+                        log.warning("could not restore the RNG %s in place (%s); it goes on "
+                                    "from its state in this process", path, err)
+        self.attach(state)
+
+
+class SavedRngs:
+    """What a checkpoint holds of ``HeldRngs``: each RNG's state by its path."""
+
+    def __init__(self, states: dict[str, Any]) -> None:
+        self.states = states
+
+
+def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(path, RNG) for the RNG objects reachable from ``holders`` within a few steps:
+    attributes, items of lists, tuples and dicts, and the arguments of a
+    ``functools.partial`` (a DEAP toolbox's operators). Not the global generators (the
+    decorator captures those), not through modules, classes or functions."""
+    import functools
+    import random as random_module
+    import types
+
+    skip: tuple[type, ...] = (
+        types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
+        types.MethodType, str, bytes, int, float, complex, bool, type(None))
+    np = _numpy.loaded()
+    globals_ = {id(random_module._inst)}
+    if np is not None:
+        skip += (np.ndarray, np.generic)
+        globals_.add(id(np.random.mtrand._rand))
+    found: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    todo = [(name, obj, 0) for name, obj in holders.items()]
+    looked = 0
+    while todo and looked < _HELD_NODES:
+        path, obj, depth = todo.pop(0)
+        if id(obj) in seen or isinstance(obj, skip):
+            continue
+        seen.add(id(obj))
+        looked += 1
+        if _rng._kind(obj) is not None:
+            if id(obj) not in globals_:
+                found.append((path, obj))
+            continue
+        if depth == _HELD_DEPTH:
+            continue
+        children: list[tuple[str, Any]] = []
+        if isinstance(obj, functools.partial):
+            children = [(f"{path}.args[{i}]", a) for i, a in enumerate(obj.args)]
+            children += [(f"{path}.keywords[{k!r}]", v) for k, v in obj.keywords.items()]
+        elif isinstance(obj, list | tuple):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+        elif isinstance(obj, dict):
+            children = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+        else:
+            attributes = getattr(obj, "__dict__", None)
+            if isinstance(attributes, dict):
+                children = [(f"{path}.{k}", v) for k, v in attributes.items()]
+        todo += [(p, v, depth + 1) for p, v in children]
+    return found

@@ -33,7 +33,14 @@ try:
 except ModuleNotFoundError as err:
     raise missing_library(err, "deap", "deap") from None
 
-from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
+from ._common import (
+    HeldRngs,
+    Pristine,
+    adopt,
+    check_options,
+    progress_option,
+    run_checkpointed,
+)
 
 __all__ = ["ea_mu_comma_lambda", "ea_mu_plus_lambda", "ea_simple"]
 
@@ -95,6 +102,7 @@ def ea_simple(population: list[Any], toolbox: Any, cxpb: float, mutpb: float, ng
               **options: Any) -> tuple[list[Any], Any]:
     """``deap.algorithms.eaSimple``, one checkpoint per generation (generation 0 included)."""
     pristine = Pristine(options)
+    held = HeldRngs({"toolbox": toolbox})  # (an operator's own rng=: saved, restored)
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, dict[str, Any]]:
         if state is None:
@@ -110,9 +118,11 @@ def ea_simple(population: list[Any], toolbox: Any, cxpb: float, mutpb: float, ng
                 print(logbook.stream)
             state = {"gen": 0, "population": population, "logbook": logbook,
                      "halloffame": halloffame}
+            held.attach(state)
             yield state
         else:
             _resume(state, population, halloffame)
+            held.resume(state)
             logbook = state["logbook"]
         for gen in range(state["gen"] + 1, ngen + 1):
             offspring = toolbox.select(population, len(population))
@@ -139,6 +149,7 @@ def _mu_lambda(name: str, plus: bool, population: list[Any], toolbox: Any, mu: i
                halloffame: Any, verbose: bool, options: dict[str, Any]
                ) -> tuple[list[Any], Any]:
     pristine = Pristine(options)
+    held = HeldRngs({"toolbox": toolbox})  # (an operator's own rng=: saved, restored)
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, dict[str, Any]]:
         if state is None:
@@ -154,9 +165,11 @@ def _mu_lambda(name: str, plus: bool, population: list[Any], toolbox: Any, mu: i
                 print(logbook.stream)
             state = {"gen": 0, "population": population, "logbook": logbook,
                      "halloffame": halloffame}
+            held.attach(state)
             yield state
         else:
             _resume(state, population, halloffame)
+            held.resume(state)
             logbook = state["logbook"]
         for gen in range(state["gen"] + 1, ngen + 1):
             offspring = algorithms.varOr(population, toolbox, lambda_, cxpb, mutpb)

@@ -29,7 +29,9 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from .._errors import ConfigurationError
 from ._common import (
+    HeldRngs,
     Pristine,
     adopt,
     progress_option,
@@ -68,6 +70,7 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
     """``pymoo.optimize.minimize``, one checkpoint per generation."""
     options, setup = split_options(kwargs)
     refuse_near_misses("resumable.integrations.pymoo.minimize", setup)
+    refuse_unresumable(algorithm)
     options.setdefault("serializer", PYMOO_SERIALIZER)
     total = None
     if isinstance(termination, tuple) and len(termination) == 2 and termination[0] == "n_gen":
@@ -75,6 +78,9 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
     progress_option(options, total, _best)
     callback = setup.get("callback")
     pristine = Pristine(options if not copy_algorithm else {})
+    # The problem is the caller's, not the checkpoint's: its own RNGs (self.rng) are
+    # saved with each checkpoint and restored in place
+    held = HeldRngs({"problem": problem})
 
     def body(state: dict[str, Any] | None) -> Generator[dict[str, Any], None, Any]:
         if state is None:
@@ -86,9 +92,11 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
                                            else termination)
                 algo.setup(problem, **args)
             state = {"algorithm": algo}
+            held.attach(state)
         else:
             algo = state["algorithm"]
             _reattach(algo, problem, callback)
+            held.resume(state)
             if "elapsed" in state and isinstance(getattr(algo, "start_time", None), float):
                 # The time the run has had, not the time since it first started: pymoo's
                 # ("time", s) termination would count the time the process was down.
@@ -125,6 +133,41 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
     _reattach(res.algorithm, problem, callback)
     res.problem = problem
     return res
+
+
+def refuse_unresumable(algorithm: Any,
+                       caller: str = "resumable.integrations.pymoo.minimize") -> None:
+    """A ConfigurationError, before anything runs, for the pymoo algorithms whose state a
+    checkpoint cannot hold (review 99):
+
+    - ``CMAES`` (and ``BIPOPCMAES``) drops its running ``cma`` search when pickled
+      (``CMAES.__getstate__`` pops ``es``): resumed, it stopped two generations later and
+      that short result was stored as the run's;
+    - the algorithms driven by a Python generator (``LoopwiseAlgorithm._advance``:
+      ``MOEAD``, ``NelderMead``, ``PatternSearch``, ``G3PCX``) failed at their second or
+      third checkpoint, with advice meant for a hand-written loop.
+    """
+    from pymoo.core.algorithm import LoopwiseAlgorithm
+
+    try:
+        from pymoo.algorithms.soo.nonconvex.cmaes import CMAES
+    except ImportError:  # pragma: no cover - pymoo without cma
+        CMAES = ()
+    name = type(algorithm).__name__
+    if isinstance(algorithm, CMAES):
+        why = ("it drops its running cma.CMAEvolutionStrategy when pickled "
+               "(CMAES.__getstate__), so a resumed run would stop at once with a wrong result")
+    elif (isinstance(algorithm, LoopwiseAlgorithm)
+          and type(algorithm)._advance is LoopwiseAlgorithm._advance):
+        why = ("it runs as a Python generator (pymoo's LoopwiseAlgorithm), which no "
+               "serializer can save")
+    else:
+        return
+    raise ConfigurationError(
+        f"{caller}: pymoo's {name} cannot be checkpointed: "
+        f"{why}. Use an algorithm whose state pickles (GA, DE, NSGA2, NSGA3, PSO, "
+        "SimpleCMAES), or cma's own CMAEvolutionStrategy through "
+        "resumable.integrations.ask_tell")
 
 
 def _reattach(algorithm: Any, problem: Any, callback: Any) -> None:

@@ -1,0 +1,262 @@
+"""Review 99 (the GA integrations, hostile pass), with the real libraries:
+
+- pymoo's CMAES / BIPOPCMAES (whose pickle drops the running search) and the algorithms
+  driven by a Python generator (MOEAD, NelderMead, PatternSearch, G3PCX) are refused
+  before anything runs; a resumed CMAES stopped two generations later, silently;
+- nevergrad parameters named with set_name() are still told apart by their bounds;
+- NGOpt choosing a thread-backed optimizer (Cobyla) fails, and the process exits;
+- an RNG held by a DEAP operator (``rng=`` registered in the toolbox) or by a pymoo
+  problem (``self.rng``) is saved and restored: a process killed by SIGKILL and started
+  again ends with the uninterrupted run's result, bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable import ConfigurationError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pymoo = pytest.importorskip("pymoo")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RESUMABLE_SIGNING_KEY", None)
+    env.pop("RESUMABLE_STORE", None)
+    env.pop("RESUMABLE_RUN_ID", None)
+    return env
+
+
+def _run(script: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                          text=True, env={**_env(), **env}, timeout=300, cwd=script.parent)
+
+
+# -- pymoo algorithms a checkpoint cannot hold ------------------------------------------
+
+
+def _algorithms() -> dict[str, Any]:
+    from pymoo.algorithms.moo.moead import MOEAD
+    from pymoo.algorithms.soo.nonconvex.cmaes import BIPOPCMAES, CMAES
+    from pymoo.algorithms.soo.nonconvex.g3pcx import G3PCX
+    from pymoo.algorithms.soo.nonconvex.nelder import NelderMead
+    from pymoo.algorithms.soo.nonconvex.pattern import PatternSearch
+    from pymoo.util.ref_dirs import get_reference_directions
+
+    return {"CMAES": CMAES(), "BIPOPCMAES": BIPOPCMAES(), "NelderMead": NelderMead(),
+            "PatternSearch": PatternSearch(), "G3PCX": G3PCX(),
+            "MOEAD": MOEAD(get_reference_directions("uniform", 2, n_partitions=6))}
+
+
+@pytest.mark.parametrize("name", ["CMAES", "BIPOPCMAES", "NelderMead", "PatternSearch",
+                                  "G3PCX", "MOEAD"])
+def test_pymoo_algorithms_a_checkpoint_cannot_hold_are_refused_first(
+        name: str, tmp_path: Path) -> None:
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize
+
+    problem = get_problem("zdt1" if name == "MOEAD" else "sphere", n_var=5)
+    store = tmp_path / "store"
+    with pytest.raises(ConfigurationError) as info:
+        minimize(problem, _algorithms()[name], ("n_gen", 5), seed=1, store=str(store))
+    message = str(info.value)
+    assert f"pymoo's {name} cannot be checkpointed" in message, message
+    assert "SimpleCMAES" in message
+    assert not store.exists() or not any(store.rglob("*")), "something ran"
+
+
+def test_pymoo_simple_cmaes_is_not_refused(tmp_path: Path) -> None:
+    from pymoo.algorithms.soo.nonconvex.cmaes import SimpleCMAES
+    from pymoo.optimize import minimize as pymoo_minimize
+    from pymoo.problems import get_problem
+
+    from resumable.integrations.pymoo import minimize
+
+    problem = get_problem("sphere", n_var=4)
+    ours = minimize(problem, SimpleCMAES(), ("n_gen", 6), seed=1, store=str(tmp_path / "s"))
+    theirs = pymoo_minimize(problem, SimpleCMAES(), ("n_gen", 6), seed=1)
+    assert ours.F.tolist() == theirs.F.tolist()
+
+
+def test_ask_tell_refuses_a_pymoo_cmaes_too(tmp_path: Path) -> None:
+    from pymoo.algorithms.soo.nonconvex.cmaes import CMAES
+    from pymoo.problems import get_problem
+
+    from resumable.integrations import ask_tell
+
+    algorithm = CMAES()
+    algorithm.setup(get_problem("sphere", n_var=4), termination=("n_gen", 5), seed=1)
+    with pytest.raises(ConfigurationError, match="pymoo's CMAES cannot be checkpointed"):
+        ask_tell(algorithm, None, 5, store=str(tmp_path / "s"))
+
+
+# -- nevergrad ----------------------------------------------------------------------------
+
+NG_NAMED = textwrap.dedent("""
+    import sys
+    import nevergrad as ng
+    from resumable.integrations import ask_tell
+
+    upper = float(sys.argv[2])
+    lr = ng.p.Scalar(init=0.5, lower=0, upper=upper).set_name("lr")
+    width = ng.p.Scalar(init=0.5, lower=0, upper=upper).set_name("width")
+    p = ng.p.Instrumentation(lr=lr, width=width)
+    p.random_state.seed(4)
+    opt = ng.optimizers.OnePlusOne(parametrization=p, budget=40)
+    loss = lambda lr, width: (lr - 3) ** 2 + (width - 3) ** 2
+    best = ask_tell(opt, loss, 40, store=sys.argv[1])
+    print(repr(sorted(best.recommend().kwargs.items())))
+""")
+
+
+def test_nevergrad_parameters_named_alike_are_two_runs(tmp_path: Path) -> None:
+    ng = pytest.importorskip("nevergrad")
+    del ng
+    script = tmp_path / "named.py"
+    script.write_text(NG_NAMED)
+    alone = _run(script, str(tmp_path / "alone"), "5")
+    assert alone.returncode == 0, alone.stderr
+    first = _run(script, str(tmp_path / "shared"), "1")
+    assert first.returncode == 0, first.stderr
+    second = _run(script, str(tmp_path / "shared"), "5")
+    assert second.returncode == 0, second.stderr
+    assert "returning its stored result" not in second.stderr, second.stderr
+    assert second.stdout == alone.stdout != first.stdout
+
+
+NG_THREAD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import nevergrad as ng
+    from resumable import SerializationError
+    from resumable.integrations import ask_tell
+
+    p = ng.p.Array(shape=(5,)).set_bounds(-3, 3)
+    p.random_state.seed(12)
+    opt = ng.optimizers.NGOpt(parametrization=p, budget=150)  # picks Cobyla here
+    try:
+        ask_tell(opt, lambda x: float(np.sum(x ** 2)), 150, store=sys.argv[1])
+    except SerializationError as err:
+        print("refused:", "background thread" in str(err), flush=True)
+""")
+
+
+def test_nevergrad_ngopt_picking_a_threaded_optimizer_fails_and_exits(tmp_path: Path) -> None:
+    """The save fails (the chosen optimizer runs scipy in a thread); the thread is stopped,
+    so the process ends (it used to hang for ever: a pod stuck in Kubernetes)."""
+    pytest.importorskip("nevergrad")
+    script = tmp_path / "ngopt.py"
+    script.write_text(NG_THREAD)
+    try:
+        done = _run(script, str(tmp_path / "store"))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process did not exit: the optimizer's thread was left running")
+    assert done.returncode == 0, done.stderr
+    assert "refused: True" in done.stdout, (done.stdout, done.stderr)
+
+
+# -- RNGs held by the caller's objects ------------------------------------------------------
+
+DEAP_RNG = textwrap.dedent("""
+    import hashlib, os, random, signal, sys
+    import numpy as np
+    from deap import algorithms, base, creator, tools
+    from resumable.integrations.deap import ea_simple
+
+    creator.create("FitnessMax", base.Fitness, weights=(1.0,))
+    creator.create("Individual", list, fitness=creator.FitnessMax)
+    KILL = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    calls = [0]
+
+    def mut_np(ind, rng, indpb):  # an operator with its own numpy generator
+        for i in range(len(ind)):
+            if rng.random() < indpb:
+                ind[i] = 1 - ind[i]
+        return (ind,)
+
+    def select(pop, k):
+        calls[0] += 1
+        if calls[0] == KILL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return tools.selTournament(pop, k, tournsize=3)
+
+    tb = base.Toolbox()
+    tb.register("attr", random.randint, 0, 1)
+    tb.register("individual", tools.initRepeat, creator.Individual, tb.attr, 50)
+    tb.register("population", tools.initRepeat, list, tb.individual)
+    tb.register("evaluate", lambda ind: (sum(ind),))
+    tb.register("mate", tools.cxTwoPoint)
+    tb.register("mutate", mut_np, rng=np.random.default_rng(7), indpb=0.05)
+    tb.register("select", select)
+    random.seed(3)
+    pop, hof = tb.population(n=40), tools.HallOfFame(3)
+    if sys.argv[1] == "--deap":
+        pop, log = algorithms.eaSimple(pop, tb, 0.5, 0.3, 30, halloffame=hof, verbose=False)
+    else:
+        pop, log = ea_simple(pop, tb, 0.5, 0.3, 30, halloffame=hof, verbose=False,
+                             store=sys.argv[1])
+    print(hashlib.sha256(repr(([list(i) for i in pop], list(log), [list(h) for h in hof])
+                              ).encode()).hexdigest())
+""")
+
+PYMOO_RNG = textwrap.dedent("""
+    import hashlib, os, signal, sys
+    import numpy as np
+    from pymoo.algorithms.soo.nonconvex.ga import GA
+    from pymoo.core.callback import Callback
+    from pymoo.core.problem import ElementwiseProblem
+    from pymoo.optimize import minimize as pymoo_minimize
+    from resumable.integrations.pymoo import minimize
+    KILL = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+
+    class NoisySphere(ElementwiseProblem):  # a problem with its own numpy generator
+        def __init__(self):
+            super().__init__(n_var=5, n_obj=1, xl=-2.0, xu=2.0)
+            self.rng = np.random.default_rng(123)
+
+        def _evaluate(self, x, out, *args, **kwargs):
+            out["F"] = float(np.sum(x ** 2) + 0.1 * self.rng.normal())
+
+    class Kill(Callback):
+        def notify(self, algorithm):
+            if algorithm.n_gen == KILL:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    if sys.argv[1] == "--pymoo":
+        res = pymoo_minimize(NoisySphere(), GA(pop_size=20), ("n_gen", 30), seed=1)
+    else:
+        res = minimize(NoisySphere(), GA(pop_size=20), ("n_gen", 30), seed=1,
+                       callback=Kill(), store=sys.argv[1])
+    print(hashlib.sha256(repr((res.X, res.F, res.pop.get("F"))).encode()).hexdigest())
+""")
+
+
+@pytest.mark.parametrize("lib, script, kill", [("deap", DEAP_RNG, "15"),
+                                                ("pymoo", PYMOO_RNG, "12")])
+def test_an_rng_the_callers_objects_hold_resumes_bit_for_bit(
+        lib: str, script: str, kill: str, tmp_path: Path) -> None:
+    pytest.importorskip(lib)
+    path = tmp_path / f"{lib}_rng.py"
+    path.write_text(script)
+    reference = _run(path, f"--{lib}")
+    assert reference.returncode == 0, reference.stderr
+    store = str(tmp_path / "store")
+    killed = _run(path, store, kill, RESUMABLE_SYNC="1")  # (saved before the kill)
+    assert killed.returncode == -9, (killed.returncode, killed.stderr)
+    assert any(Path(store).rglob("ckpt-*")), "nothing was saved before the kill"
+    resumed = _run(path, store)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "fresh (attempt 1)" not in resumed.stderr, resumed.stderr  # (it resumed)
+    assert resumed.stdout == reference.stdout
+    uninterrupted = _run(path, str(tmp_path / "other"))
+    assert uninterrupted.stdout == reference.stdout
