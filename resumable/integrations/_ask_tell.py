@@ -166,7 +166,12 @@ def _ng_structure(p: Any) -> Any:
     if children is not None:
         return (type(p).__name__, vars(p).get("_name"),
                 {str(k): _ng_structure(c) for k, c in children.items()})
-    return (_ADDRESS.sub(">", p._get_name()), vars(p).get("_name"))
+    # (its description names its mutation's kind, not its values: set_mutation(sigma=5)
+    # and sigma=0.01 read alike, review 102)
+    hyper = vars(p).get("parameters")
+    content = _ng_children(hyper) if hyper is not None else None
+    values = {str(k): repr(getattr(c, "value", None)) for k, c in (content or {}).items()}
+    return (_ADDRESS.sub(">", p._get_name()), vars(p).get("_name"), values)
 
 
 _ADAPTERS = {

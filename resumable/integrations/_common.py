@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import itertools
 import keyword
 import logging
 from collections.abc import Callable, Generator, Mapping
@@ -313,8 +314,9 @@ def adopt(target: Any, restored: Any) -> Any:
 
 
 HELD_RNGS = "held_rngs"  # (the state's key for them)
-_HELD_DEPTH = 3  # toolbox -> mutate (a partial) -> its keywords -> rng
+_HELD_DEPTH = 4  # toolbox -> mutate (a partial) -> its func (a method) -> its object -> rng
 _HELD_NODES = 5000  # objects looked at, at most, per call
+_HELD_ITEMS = 1000  # items of one container looked at, at most
 
 
 class HeldRngs:
@@ -364,31 +366,35 @@ class SavedRngs:
 
 def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(path, RNG) for the RNG objects reachable from ``holders`` within a few steps:
-    attributes, items of lists, tuples and dicts, and the arguments of a
-    ``functools.partial`` (a DEAP toolbox's operators). Not the global generators (the
-    decorator captures those), not through modules, classes or functions."""
+    attributes, items of lists, tuples and dicts, a ``functools.partial``'s function and
+    arguments (a DEAP toolbox's operators), a bound method's object, and a function's
+    closure and the module globals its code names (an operator that is a method, or
+    draws from a generator it closes over or a script's global one). Not the
+    global generators (the decorator captures those), not through modules or classes.
+    Bounded: at most ``_HELD_NODES`` objects looked at, the first ``_HELD_ITEMS`` items of
+    a container (review 102: a problem holding 400,000 floats took 17 s a call)."""
+    import collections
     import functools
     import random as random_module
     import types
 
-    skip: tuple[type, ...] = (
-        types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
-        types.MethodType, str, bytes, int, float, complex, bool, type(None))
+    atoms: tuple[type, ...] = (types.ModuleType, type, str, bytes, bytearray, int, float,
+                               complex, bool, type(None), range, memoryview)
     np = _numpy.loaded()
     globals_ = {id(random_module._inst)}
     if np is not None:
-        skip += (np.ndarray, np.generic)
+        atoms += (np.ndarray, np.generic, np.dtype)
         globals_.add(id(np.random.mtrand._rand))
     found: list[tuple[str, Any]] = []
     seen: set[int] = set()
-    todo = [(name, obj, 0) for name, obj in holders.items()]
+    todo = collections.deque((name, obj, 0) for name, obj in holders.items())
     looked = 0
     while todo and looked < _HELD_NODES:
-        path, obj, depth = todo.pop(0)
-        if id(obj) in seen or isinstance(obj, skip):
+        path, obj, depth = todo.popleft()
+        looked += 1
+        if id(obj) in seen or isinstance(obj, atoms):
             continue
         seen.add(id(obj))
-        looked += 1
         if _rng._kind(obj) is not None:
             if id(obj) not in globals_:
                 found.append((path, obj))
@@ -397,15 +403,39 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
             continue
         children: list[tuple[str, Any]] = []
         if isinstance(obj, functools.partial):
-            children = [(f"{path}.args[{i}]", a) for i, a in enumerate(obj.args)]
+            children = [(f"{path}.func", obj.func)]
+            children += [(f"{path}.args[{i}]", a) for i, a in enumerate(obj.args)]
             children += [(f"{path}.keywords[{k!r}]", v) for k, v in obj.keywords.items()]
+        elif isinstance(obj, types.MethodType | types.BuiltinMethodType):
+            owner = getattr(obj, "__self__", None)
+            children = [] if owner is None else [(f"{path}.__self__", owner)]
+        elif isinstance(obj, types.FunctionType):
+            # What it draws from by name: its closure's cells, and the module globals its
+            # code names (a script's `rng = np.random.default_rng(7)` used by an operator)
+            cells = obj.__closure__ or ()
+            children = [(f"{path}.<{name}>", cell.cell_contents)
+                        for name, cell in zip(obj.__code__.co_freevars, cells, strict=False)
+                        if _filled(cell)]
+            namespace = obj.__globals__
+            children += [(f"{path}.<global {name}>", namespace[name])
+                         for name in obj.__code__.co_names if name in namespace]
         elif isinstance(obj, list | tuple):
-            children = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(obj[:_HELD_ITEMS])]
         elif isinstance(obj, dict):
-            children = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+            children = [(f"{path}[{k!r}]", v)
+                        for k, v in itertools.islice(obj.items(), _HELD_ITEMS)]
         else:
             attributes = getattr(obj, "__dict__", None)
             if isinstance(attributes, dict):
-                children = [(f"{path}.{k}", v) for k, v in attributes.items()]
-        todo += [(p, v, depth + 1) for p, v in children]
+                children = [(f"{path}.{k}", v)
+                            for k, v in itertools.islice(attributes.items(), _HELD_ITEMS)]
+        todo.extend((p, v, depth + 1) for p, v in children)
     return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - (an empty cell raises)
+    except ValueError:
+        return False
+    return True
