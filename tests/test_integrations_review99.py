@@ -327,3 +327,169 @@ def test_nevergrad_mutation_steps_named_alike_are_two_runs(tmp_path: Path) -> No
         ask_tell(opt, lambda lr: lr ** 2, 3, store=str(store))
         folders += [q.name for q in store.iterdir()]
     assert len(set(folders)) == 2, folders
+
+
+# -- review 103 (of the search for held RNGs) ---------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Raising:
+    """A proxy outside its context (flask's current_app): every look raises."""
+
+    def __getattribute__(self, name: str) -> Any:
+        raise RuntimeError("Working outside of application context.")
+
+
+PROXY = _Raising()
+SCRIPT_RNG: Any = None
+KEYED: dict[Any, Any] = {}
+_calls = [0, 0]  # (select calls, the call to stop at)
+
+
+class _Source:  # a dict key whose repr is an address
+    pass
+
+
+def _mutate(ind: Any) -> tuple[Any]:
+    for i in range(len(ind)):
+        if SCRIPT_RNG.random() < 0.05:
+            ind[i] = 1 - ind[i]
+    return (ind,)
+
+
+def _mutate_keyed(ind: Any) -> tuple[Any]:
+    rng = next(iter(KEYED.values()))
+    for i in range(len(ind)):
+        if rng.random() < 0.05:
+            ind[i] = 1 - ind[i]
+    return (ind,)
+
+
+def _evaluate(ind: Any) -> tuple[int]:
+    if False:  # names a proxy it never touches here (it logs through it in an app)
+        PROXY.logger.info("evaluating")
+    return (sum(ind),)
+
+
+def _select(pop: Any, k: int) -> Any:
+    from deap import tools
+
+    _calls[0] += 1
+    if _calls[0] == _calls[1]:
+        raise _Stop
+    return tools.selTournament(pop, k, tournsize=3)
+
+
+def _deap_call(store: str | None, mutate: Any, stop_at: int = 0) -> str:
+    import hashlib
+    import random
+
+    from deap import algorithms, base, creator, tools
+
+    from resumable.integrations.deap import ea_simple
+
+    if not hasattr(creator, "R103Fitness"):
+        creator.create("R103Fitness", base.Fitness, weights=(1.0,))
+        creator.create("R103Individual", list, fitness=creator.R103Fitness)
+    tb = base.Toolbox()
+    tb.register("attr", random.randint, 0, 1)
+    tb.register("individual", tools.initRepeat, creator.R103Individual, tb.attr, 30)
+    tb.register("population", tools.initRepeat, list, tb.individual)
+    tb.register("evaluate", _evaluate)
+    tb.register("mate", tools.cxTwoPoint)
+    tb.register("mutate", mutate)
+    tb.register("select", _select)
+    random.seed(3)
+    pop, hof = tb.population(n=30), tools.HallOfFame(2)
+    _calls[:] = [0, stop_at]
+    if store is None:
+        pop, log = algorithms.eaSimple(pop, tb, 0.5, 0.3, 12, halloffame=hof, verbose=False)
+    else:
+        pop, log = ea_simple(pop, tb, 0.5, 0.3, 12, halloffame=hof, verbose=False,
+                             store=store, every="generation")
+    return hashlib.sha256(repr(([list(i) for i in pop], list(log))).encode()).hexdigest()
+
+
+def test_a_proxy_named_by_an_operator_does_not_fail_the_call(tmp_path: Path) -> None:
+    pytest.importorskip("deap")
+    from resumable.integrations._common import _held_rngs
+
+    assert _held_rngs({"proxy": PROXY}) == []
+    global SCRIPT_RNG
+    np = pytest.importorskip("numpy")
+    SCRIPT_RNG = np.random.default_rng(7)
+    expected = _deap_call(None, _mutate)
+    SCRIPT_RNG = np.random.default_rng(7)
+    assert _deap_call(str(tmp_path / "s"), _mutate) == expected
+
+
+def test_a_global_generator_reseeded_is_another_run(tmp_path: Path) -> None:
+    """The state of a script's global generator is part of the run id; its fresh state
+    is restored when a completed run returns its stored result, as `random` is."""
+    pytest.importorskip("deap")
+    np = pytest.importorskip("numpy")
+    global SCRIPT_RNG
+    store = str(tmp_path / "s")
+    results = {}
+    for seed in (1, 2):
+        SCRIPT_RNG = np.random.default_rng(seed)
+        reference = _deap_call(None, _mutate)
+        after = SCRIPT_RNG.random()
+        SCRIPT_RNG = np.random.default_rng(seed)
+        results[seed] = _deap_call(store, _mutate)
+        assert results[seed] == reference, seed
+        assert SCRIPT_RNG.random() == after
+        SCRIPT_RNG = np.random.default_rng(seed)  # called again: the stored result
+        assert _deap_call(store, _mutate) == reference
+        assert SCRIPT_RNG.random() == after, "the completed run left the generator fresh"
+    assert results[1] != results[2]
+
+
+def test_a_generator_under_a_key_printed_as_an_address_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("deap")
+    np = pytest.importorskip("numpy")
+    KEYED.clear()
+    KEYED[_Source()] = np.random.default_rng(11)
+    expected = _deap_call(None, _mutate_keyed)
+    store = str(tmp_path / "s")
+    KEYED.clear()
+    KEYED[_Source()] = np.random.default_rng(11)
+    with pytest.raises(_Stop):
+        _deap_call(store, _mutate_keyed, stop_at=7)
+    KEYED.clear()  # as a new process has them: another key object, a fresh generator
+    KEYED[_Source()] = np.random.default_rng(11)
+    assert _deap_call(store, _mutate_keyed) == expected
+
+
+def test_the_search_queues_no_more_than_its_cap() -> None:
+    np = pytest.importorskip("numpy")
+    from resumable.integrations._common import _HELD_NODES, _held_rngs
+
+    tables = [[[0.0] * 10 for _ in range(1000)] for _ in range(10)]
+    tables[-1][-1].append(np.random.default_rng(1))  # past the cap
+    assert _HELD_NODES < 10 * 1000
+    assert _held_rngs({"problem": tables}) == []
+    tables[0].insert(0, np.random.default_rng(1))  # within it (breadth first)
+    assert [p for p, _ in _held_rngs({"problem": tables})] == ["problem[0][0]"]
+
+
+def test_nevergrad_array_mutation_steps_differing_inside_are_two_runs(
+        tmp_path: Path) -> None:
+    ng = pytest.importorskip("nevergrad")
+    np = pytest.importorskip("numpy")
+    from resumable.integrations import ask_tell
+
+    folders = []
+    for middle in (0.1, 50.0):
+        sigma = np.full(2000, 0.1)
+        sigma[500:1500] = middle
+        p = ng.p.Array(init=np.zeros(2000)).set_mutation(sigma=sigma).set_name("w")
+        p.random_state.seed(1)
+        opt = ng.optimizers.OnePlusOne(parametrization=p, budget=2)
+        store = tmp_path / f"s{middle}"
+        ask_tell(opt, lambda w: float(np.sum(w ** 2)), 2, store=str(store))
+        folders += [q.name for q in store.iterdir()]
+    assert len(set(folders)) == 2, folders

@@ -170,7 +170,9 @@ def _ng_structure(p: Any) -> Any:
     # and sigma=0.01 read alike, review 102)
     hyper = vars(p).get("parameters")
     content = _ng_children(hyper) if hyper is not None else None
-    values = {str(k): repr(getattr(c, "value", None)) for k, c in (content or {}).items()}
+    # (the values themselves, digested whole with the identity: an array's repr elides
+    # its middle, review 103)
+    values = {str(k): getattr(c, "value", None) for k, c in (content or {}).items()}
     return (_ADDRESS.sub(">", p._get_name()), vars(p).get("_name"), values)
 
 

@@ -340,6 +340,13 @@ class HeldRngs:
     def __reduce__(self) -> tuple[Any, ...]:
         return (SavedRngs, ({path: _rng._get(obj) for path, obj in self.targets},))
 
+    def global_states(self) -> dict[str, Any]:
+        """The states now of those found as a module global an operator's code names:
+        a part of the run's identity (review 103: reseeding a script's global generator
+        between two calls resumed the first call's run). The others are in it already,
+        with the object that holds them (a toolbox's registered arguments, a closure)."""
+        return {path: _rng._get(obj) for path, obj in self.targets if ".<global " in path}
+
     def attach(self, state: Any) -> None:
         if self.targets and isinstance(state, dict):
             state[HELD_RNGS] = self
@@ -374,7 +381,6 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
     Bounded: at most ``_HELD_NODES`` objects looked at, the first ``_HELD_ITEMS`` items of
     a container (review 102: a problem holding 400,000 floats took 17 s a call)."""
     import collections
-    import functools
     import random as random_module
     import types
 
@@ -392,45 +398,72 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
     while todo and looked < _HELD_NODES:
         path, obj, depth = todo.popleft()
         looked += 1
-        if id(obj) in seen or isinstance(obj, atoms):
+        # (queued up to the cap only: a table of lists queued a million paths, review 103)
+        room = max(0, min(_HELD_ITEMS, _HELD_NODES - looked - len(todo)))
+        try:
+            children = _held_step(obj, path, depth, room, atoms, seen, globals_, found)
+        except Exception as err:  # (a proxy that raises on any look, review 103: the
+            # search must never fail the call; such an object holds nothing found)
+            log.debug("looking for RNGs: %s not followed: %s: %s", path,
+                      type(err).__name__, err)
             continue
-        seen.add(id(obj))
-        if _rng._kind(obj) is not None:
-            if id(obj) not in globals_:
-                found.append((path, obj))
-            continue
-        if depth == _HELD_DEPTH:
-            continue
-        children: list[tuple[str, Any]] = []
-        if isinstance(obj, functools.partial):
-            children = [(f"{path}.func", obj.func)]
-            children += [(f"{path}.args[{i}]", a) for i, a in enumerate(obj.args)]
-            children += [(f"{path}.keywords[{k!r}]", v) for k, v in obj.keywords.items()]
-        elif isinstance(obj, types.MethodType | types.BuiltinMethodType):
-            owner = getattr(obj, "__self__", None)
-            children = [] if owner is None else [(f"{path}.__self__", owner)]
-        elif isinstance(obj, types.FunctionType):
-            # What it draws from by name: its closure's cells, and the module globals its
-            # code names (a script's `rng = np.random.default_rng(7)` used by an operator)
-            cells = obj.__closure__ or ()
-            children = [(f"{path}.<{name}>", cell.cell_contents)
-                        for name, cell in zip(obj.__code__.co_freevars, cells, strict=False)
-                        if _filled(cell)]
-            namespace = obj.__globals__
-            children += [(f"{path}.<global {name}>", namespace[name])
-                         for name in obj.__code__.co_names if name in namespace]
-        elif isinstance(obj, list | tuple):
-            children = [(f"{path}[{i}]", v) for i, v in enumerate(obj[:_HELD_ITEMS])]
-        elif isinstance(obj, dict):
-            children = [(f"{path}[{k!r}]", v)
-                        for k, v in itertools.islice(obj.items(), _HELD_ITEMS)]
-        else:
-            attributes = getattr(obj, "__dict__", None)
-            if isinstance(attributes, dict):
-                children = [(f"{path}.{k}", v)
-                            for k, v in itertools.islice(attributes.items(), _HELD_ITEMS)]
-        todo.extend((p, v, depth + 1) for p, v in children)
+        todo.extend((p, v, depth + 1) for p, v in children[:room])
     return found
+
+
+def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ...],
+               seen: set[int], globals_: set[int],
+               found: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """One object of the search: recorded if it is an RNG, else its children (at most
+    ``room``)."""
+    import functools
+    import types
+
+    if id(obj) in seen or isinstance(obj, atoms):
+        return []
+    seen.add(id(obj))
+    if _rng._kind(obj) is not None:
+        if id(obj) not in globals_:
+            found.append((path, obj))
+        return []
+    if depth == _HELD_DEPTH or room == 0:
+        return []
+    children: list[tuple[str, Any]] = []
+    if isinstance(obj, functools.partial):
+        children = [(f"{path}.func", obj.func)]
+        children += [(f"{path}.args[{i}]", a) for i, a in enumerate(obj.args)]
+        children += [(f"{path}.keywords[{k!r}]", v) for k, v in obj.keywords.items()]
+    elif isinstance(obj, types.MethodType | types.BuiltinMethodType):
+        owner = getattr(obj, "__self__", None)
+        children = [] if owner is None else [(f"{path}.__self__", owner)]
+    elif isinstance(obj, types.FunctionType):
+        # What it draws from by name: its closure's cells, and the module globals its
+        # code names (a script's `rng = np.random.default_rng(7)` used by an operator)
+        cells = obj.__closure__ or ()
+        children = [(f"{path}.<{name}>", cell.cell_contents)
+                    for name, cell in zip(obj.__code__.co_freevars, cells, strict=False)
+                    if _filled(cell)]
+        namespace = obj.__globals__
+        children += [(f"{path}.<global {name}>", namespace[name])
+                     for name in obj.__code__.co_names if name in namespace]
+    elif isinstance(obj, list | tuple):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(obj[:room])]
+    elif isinstance(obj, dict):
+        # (a key that prints as an address, <Source object at 0x...>, by its position:
+        # the path must be the same in the next process, review 103)
+        children = [(f"{path}[{_key_text(k, i)}]", v)
+                    for i, (k, v) in enumerate(itertools.islice(obj.items(), room))]
+    else:
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            children = [(f"{path}.{k}", v)
+                        for k, v in itertools.islice(attributes.items(), room)]
+    return children
+
+
+def _key_text(key: Any, position: int) -> str:
+    text = repr(key)
+    return f"#{position}" if " at 0x" in text else text
 
 
 def _filled(cell: Any) -> bool:

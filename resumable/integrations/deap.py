@@ -73,15 +73,23 @@ def _fresh(pristine: Pristine, population: list[Any], halloffame: Any) -> None:
 
 
 def _run(name: str, population: list[Any], halloffame: Any, identity: dict[str, Any],
-         body: Any, options: dict[str, Any], ngen: int) -> tuple[list[Any], Any]:
+         body: Any, options: dict[str, Any], ngen: int,
+         held: HeldRngs) -> tuple[list[Any], Any]:
     check_options(name, options)
     progress_option(options, ngen + 1, _best)
 
     def parts() -> dict[str, Any]:
-        return {**identity, "population": population, "halloffame": halloffame,
-                "random": random.getstate()}
+        found = {**identity, "population": population, "halloffame": halloffame,
+                 "random": random.getstate()}
+        globals_ = held.global_states()
+        if globals_:  # (only then: the ids of other runs stay as they were)
+            found["global_rngs"] = globals_
+        return found
 
     final = run_checkpointed(f"resumable.integrations.deap.{name}", parts, body, options)
+    # A completed run returned from the store: its RNGs as the run left them, as
+    # `random` is (review 103)
+    held.resume(final)
     # A resumed (or completed) run's objects are copies: hand them back in the caller's.
     population[:] = final["population"]
     if halloffame is not None:
@@ -141,7 +149,7 @@ def ea_simple(population: list[Any], toolbox: Any, cxpb: float, mutpb: float, ng
 
     identity = {"algorithm": "eaSimple", "toolbox": toolbox, "cxpb": cxpb, "mutpb": mutpb,
                 "ngen": ngen, "stats": stats}
-    return _run("ea_simple", population, halloffame, identity, body, options, ngen)
+    return _run("ea_simple", population, halloffame, identity, body, options, ngen, held)
 
 
 def _mu_lambda(name: str, plus: bool, population: list[Any], toolbox: Any, mu: int,
@@ -188,7 +196,7 @@ def _mu_lambda(name: str, plus: bool, population: list[Any], toolbox: Any, mu: i
 
     identity = {"algorithm": name, "toolbox": toolbox, "mu": mu, "lambda": lambda_,
                 "cxpb": cxpb, "mutpb": mutpb, "ngen": ngen, "stats": stats}
-    return _run(name, population, halloffame, identity, body, options, ngen)
+    return _run(name, population, halloffame, identity, body, options, ngen, held)
 
 
 def ea_mu_plus_lambda(population: list[Any], toolbox: Any, mu: int, lambda_: int,
