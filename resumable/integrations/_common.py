@@ -340,13 +340,6 @@ class HeldRngs:
     def __reduce__(self) -> tuple[Any, ...]:
         return (SavedRngs, ({path: _rng._get(obj) for path, obj in self.targets},))
 
-    def global_states(self) -> dict[str, Any]:
-        """The states now of those found as a module global an operator's code names:
-        a part of the run's identity (review 103: reseeding a script's global generator
-        between two calls resumed the first call's run). The others are in it already,
-        with the object that holds them (a toolbox's registered arguments, a closure)."""
-        return {path: _rng._get(obj) for path, obj in self.targets if ".<global " in path}
-
     def attach(self, state: Any) -> None:
         if self.targets and isinstance(state, dict):
             state[HELD_RNGS] = self

@@ -79,12 +79,10 @@ def _run(name: str, population: list[Any], halloffame: Any, identity: dict[str, 
     progress_option(options, ngen + 1, _best)
 
     def parts() -> dict[str, Any]:
-        found = {**identity, "population": population, "halloffame": halloffame,
-                 "random": random.getstate()}
-        globals_ = held.global_states()
-        if globals_:  # (only then: the ids of other runs stay as they were)
-            found["global_rngs"] = globals_
-        return found
+        # (not the states of the global generators the RNG search finds: an unseeded one,
+        # or one seeded from the PID, would give every restart a new run, review 104)
+        return {**identity, "population": population, "halloffame": halloffame,
+                "random": random.getstate()}
 
     final = run_checkpointed(f"resumable.integrations.deap.{name}", parts, body, options)
     # A completed run returned from the store: its RNGs as the run left them, as
