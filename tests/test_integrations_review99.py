@@ -505,3 +505,33 @@ def test_nevergrad_array_mutation_steps_differing_inside_are_two_runs(
         ask_tell(opt, lambda w: float(np.sum(w ** 2)), 2, store=str(store))
         folders += [q.name for q in store.iterdir()]
     assert len(set(folders)) == 2, folders
+
+
+def test_an_in_process_restart_restores_the_held_rngs(tmp_path: Path) -> None:
+    """restarts=: a generation that raises is run again from the last checkpoint, and the
+    generators the toolbox holds go back with it (no review attacked this; the session's
+    check, made a test)."""
+    pytest.importorskip("deap")
+    np = pytest.importorskip("numpy")
+    import functools
+
+    global SCRIPT_RNG
+    SCRIPT_RNG = np.random.default_rng(5)
+    expected = _deap_call(None, _mutate)
+    SCRIPT_RNG = np.random.default_rng(5)
+    raised = [0]
+
+    def flaky(ind: Any) -> tuple[Any]:
+        raised[0] += 1
+        if raised[0] == 50:  # once, in the middle of the run
+            raise ValueError("flaky operator")
+        return _mutate(ind)
+
+    from resumable.integrations import deap as deap_integration
+
+    real = deap_integration.ea_simple
+    with pytest.MonkeyPatch.context() as patch:  # (_deap_call's options, with restarts=1)
+        patch.setattr(deap_integration, "ea_simple", functools.partial(real, restarts=1))
+        got = _deap_call(str(tmp_path / "s"), flaky)
+    assert raised[0] > 50, "the operator never raised"
+    assert got == expected
