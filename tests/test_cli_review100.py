@@ -30,6 +30,28 @@ class Stop(Exception):
     """The pod dies mid-run (the body raises after a saved generation)."""
 
 
+def _walked(store: Path | str, run_id: str, signing_key: str | None = None, steps: int = 4,
+            stop: int = 0) -> None:
+    """Run ``run_id`` (a counter) for ``steps`` generations, every checkpoint kept; with
+    ``stop``, the body raises ``Stop`` after that generation (the pod dies there)."""
+    @checkpointed(every="generation", store=str(store), run_id=run_id, keep=None,
+                  signing_key=signing_key)
+    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
+        state = state or {"step": 0}
+        while state["step"] < steps:
+            state["step"] += 1
+            yield state
+            if state["step"] == stop:
+                raise Stop
+        return state["step"]
+
+    if stop:
+        with pytest.raises(Stop):
+            walk(steps)
+    else:
+        assert walk(steps) == steps
+
+
 def _extended(store: Path, signing_key: str | None) -> None:
     """Run "exp" completes at 10 generations, then is called with 100 (``ignore=``) and
     stops after 60: the newer attempt is extending the completed run."""
@@ -83,16 +105,7 @@ def test_rm_completed_skips_a_run_whose_result_fails_verification(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
     store = tmp_path / "store"
-
-    @checkpointed(every="generation", store=str(store), run_id="walk", keep=None)
-    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
-        state = state or {"step": 0}
-        while state["step"] < steps:
-            state["step"] += 1
-            yield state
-        return state["step"]
-
-    assert walk(6) == 6
+    _walked(store, "walk", steps=6)
     result = store / "walk" / "result"
     data = bytearray(result.read_bytes())
     data[-1] ^= 1  # one bit of the payload: the header still reads
@@ -110,20 +123,7 @@ def test_a_users_tmp_file_is_kept_and_listed(tmp_path: Path, monkeypatch: pytest
     """Only the store's own temp names (`.tmp-<object>-<32 hex>`) are leftovers."""
     monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
     store = tmp_path / "store"
-    stop_at = [3]
-
-    @checkpointed(every="generation", store=str(store), run_id="t", keep=None)
-    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
-        state = state or {"step": 0}
-        while state["step"] < steps:
-            state["step"] += 1
-            yield state
-            if state["step"] == stop_at[0]:
-                raise Stop
-        return state["step"]
-
-    with pytest.raises(Stop):
-        walk(8)
+    _walked(store, "t", steps=8, stop=3)
     notes = store / "t" / ".tmp-notes.txt"
     notes.write_text("my notes")
     os.utime(notes, (1, 1))  # old, as a leftover of a killed save would be
@@ -132,8 +132,7 @@ def test_a_users_tmp_file_is_kept_and_listed(tmp_path: Path, monkeypatch: pytest
     os.utime(leftover, (1, 1))
     assert main(["show", str(store), "t"]) == 0
     assert ".tmp-notes.txt" in capsys.readouterr().out
-    stop_at[0] = 0
-    assert walk(8) == 8  # the next attempt claims the run, and clears leftovers
+    _walked(store, "t", steps=8)  # the next attempt claims the run, and clears leftovers
     assert notes.read_text() == "my notes"
     assert not leftover.exists()
     assert main(["rm", str(store), "t", "--yes"]) == 0
@@ -198,14 +197,7 @@ def test_an_unreadable_folder_is_named_not_left_out(tmp_path: Path,
     monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
     store = tmp_path / "store"
     for run_id in ("runA", "runB"):
-        @checkpointed(every="generation", store=str(store), run_id=run_id)
-        def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
-            state = state or {"step": 0}
-            while state["step"] < steps:
-                state["step"] += 1
-                yield state
-            return state["step"]
-        walk(3)
+        _walked(store, run_id, steps=3)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -234,26 +226,6 @@ def test_an_unreadable_folder_is_named_not_left_out(tmp_path: Path,
 
 
 # -- review 101 (of the fixes above) ------------------------------------------------------
-
-
-def _walked(store: Path, run_id: str, signing_key: str | None = None, steps: int = 4,
-            stop: int = 0) -> None:
-    @checkpointed(every="generation", store=str(store), run_id=run_id, keep=None,
-                  signing_key=signing_key)
-    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
-        state = state or {"step": 0}
-        while state["step"] < steps:
-            state["step"] += 1
-            yield state
-            if state["step"] == stop:
-                raise Stop
-        return state["step"]
-
-    if stop:
-        with pytest.raises(Stop):
-            walk(steps)
-    else:
-        assert walk(steps) == steps
 
 
 def test_verify_fails_a_result_that_is_listed_but_cannot_be_read(
@@ -345,16 +317,7 @@ def test_an_s3_folder_marker_is_no_object_of_the_run(
     monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
     s3_env(moto_server)
     url = moto_server.new_store_url()
-
-    @checkpointed(every="generation", store=url, run_id="run")
-    def walk(steps: int, *, state: dict[str, Any] | None = None) -> Iterator[Any]:
-        state = state or {"step": 0}
-        while state["step"] < steps:
-            state["step"] += 1
-            yield state
-        return state["step"]
-
-    assert walk(3) == 3
+    _walked(url, "run", steps=3)
     open_store(url).put("run/", [b""])
     assert main(["show", url, "run"]) == 0
     out = capsys.readouterr().out
