@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import ast
 import logging
-import re
 import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigurationError, SerializationError
-from ._common import Pristine, adopt, check_options, progress_option, run_checkpointed
+from ._common import (
+    ADDRESS,
+    Pristine,
+    adopt,
+    check_options,
+    progress_option,
+    run_checkpointed,
+)
 
 log = logging.getLogger("resumable")
 
@@ -123,7 +129,6 @@ def _cma_identity(es: Any) -> Any:
     return {k: v for k, v in vars(es).items() if k not in _CMA_VOLATILE}
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 
 
 def _ng_identity(opt: Any) -> Any:
@@ -133,7 +138,7 @@ def _ng_identity(opt: Any) -> Any:
         "name": getattr(opt, "name", None), "budget": opt.budget,
         "num_workers": opt.num_workers, "asked": opt.num_ask, "told": opt.num_tell,
         # (nevergrad names a Choice of functions with their addresses: not those)
-        "parametrization": _ADDRESS.sub(">", p.name), "dimension": p.dimension,
+        "parametrization": ADDRESS.sub(">", p.name), "dimension": p.dimension,
         "value": p.value,
         # None until someone draws or seeds; then its state (the seed).
         "random_state": vars(p).get("_random_state"),
@@ -173,7 +178,7 @@ def _ng_structure(p: Any) -> Any:
     # (the values themselves, digested whole with the identity: an array's repr elides
     # its middle, review 103)
     values = {str(k): getattr(c, "value", None) for k, c in (content or {}).items()}
-    return (_ADDRESS.sub(">", p._get_name()), vars(p).get("_name"), values)
+    return (ADDRESS.sub(">", p._get_name()), vars(p).get("_name"), values)
 
 
 _ADAPTERS = {

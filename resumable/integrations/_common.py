@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import difflib
+import functools
 import inspect
 import itertools
 import keyword
 import logging
+import random
+import re
+import types
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -314,6 +319,7 @@ def adopt(target: Any, restored: Any) -> Any:
 
 
 HELD_RNGS = "held_rngs"  # (the state's key for them)
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")  # (an object's default repr names its address)
 _HELD_DEPTH = 4  # toolbox -> mutate (a partial) -> its func (a method) -> its object -> rng
 _HELD_NODES = 5000  # objects looked at, at most, per call
 _HELD_ITEMS = 1000  # items of one container looked at, at most
@@ -373,14 +379,10 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
     global generators (the decorator captures those), not through modules or classes.
     Bounded: at most ``_HELD_NODES`` objects looked at, the first ``_HELD_ITEMS`` items of
     a container (review 102: a problem holding 400,000 floats took 17 s a call)."""
-    import collections
-    import random as random_module
-    import types
-
     atoms: tuple[type, ...] = (types.ModuleType, type, str, bytes, bytearray, int, float,
                                complex, bool, type(None), range, memoryview)
     np = _numpy.loaded()
-    globals_ = {id(random_module._inst)}
+    globals_ = {id(random._inst)}
     if np is not None:
         atoms += (np.ndarray, np.generic, np.dtype)
         globals_.add(id(np.random.mtrand._rand))
@@ -409,9 +411,6 @@ def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ..
                found: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """One object of the search: recorded if it is an RNG, else its children (at most
     ``room``)."""
-    import functools
-    import types
-
     if id(obj) in seen or isinstance(obj, atoms):
         return []
     seen.add(id(obj))
@@ -446,17 +445,14 @@ def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ..
         # the path must be the same in the next process, review 103)
         children = [(f"{path}[{_key_text(k, i)}]", v)
                     for i, (k, v) in enumerate(itertools.islice(obj.items(), room))]
-    else:
-        attributes = getattr(obj, "__dict__", None)
-        if isinstance(attributes, dict):
-            children = [(f"{path}.{k}", v)
-                        for k, v in itertools.islice(attributes.items(), room)]
+    else:  # (as the decorator finds an argument's: its __dict__ and __slots__)
+        children = [(f"{path}.{k}", v) for k, v in _rng._attributes(obj)[:room]]
     return children
 
 
 def _key_text(key: Any, position: int) -> str:
     text = repr(key)
-    return f"#{position}" if " at 0x" in text else text
+    return f"#{position}" if ADDRESS.search(text) else text
 
 
 def _filled(cell: Any) -> bool:

@@ -24,7 +24,7 @@ TMP_PREFIX = ".tmp-"
 # The temp files this store writes: TMP_PREFIX, the object's name, "-", 32 hex digits. A
 # file of the user's that merely starts with ".tmp-" is theirs: listed, and never removed
 # as a leftover (review 100: a `.tmp-notes.txt` went at the next claim and at `rm`).
-_TEMP_NAME = re.compile(r"\.tmp-.+-[0-9a-f]{32}\Z", re.DOTALL)
+_TEMP_NAME = re.compile(re.escape(TMP_PREFIX) + r".+-[0-9a-f]{32}\Z", re.DOTALL)
 
 
 def is_temp_name(name: str) -> bool:
