@@ -7,7 +7,8 @@ are found among the call's arguments by one rule, applied once per call:
 
 - an argument that is an RNG object (``rng``);
 - the items of a list or tuple argument and the values of a dict argument
-  (``rngs[0]``, ``streams['mutation']``);
+  (``rngs[0]``, ``streams['mutation']``; a key whose repr names its address, which the
+  resuming process's key does not have, goes by its position: ``streams[#2]``);
 - the attributes of any other argument, from its ``__dict__`` and ``__slots__``
   (``self.rng`` of a decorated method).
 
@@ -26,6 +27,7 @@ import importlib
 import itertools
 import logging
 import random
+import re
 import struct
 import sys
 import threading
@@ -39,6 +41,7 @@ from ._errors import ConfigurationError
 log = logging.getLogger("resumable")
 
 RngState = dict[str, Any]
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")  # (an object's default repr names its address)
 Targets = list[tuple[str, Any]]  # (path, RNG object)
 
 _MT_WORDS = 624
@@ -100,12 +103,19 @@ def find(arguments: Mapping[str, Any]) -> Targets:
             for i, item in enumerate(value):
                 add(f"{name}[{i}]", item)
         elif isinstance(value, dict):
-            for key, item in value.items():
-                add(f"{name}[{key!r}]", item)
+            for i, (key, item) in enumerate(value.items()):
+                add(f"{name}[{key_text(key, i)}]", item)
         else:
             for attr, item in _attributes(value):
                 add(f"{name}.{attr}", item)
     return targets
+
+
+def key_text(key: Any, position: int) -> str:
+    """A dict key as a path spells it: its repr, or ``#<position>`` if that names an
+    address."""
+    text = repr(key)
+    return f"#{position}" if ADDRESS.search(text) else text
 
 
 def _get(obj: Any) -> Any:
@@ -185,7 +195,13 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     objects = state.get("objects") or {}
     for path, obj in targets:
         if path not in objects:
-            continue  # not there when the state was saved (older code): left as it is
+            # Not there when the state was saved: older code saved none (left as it is,
+            # quietly), or the call held its RNGs elsewhere then (review 105).
+            if objects:
+                log.warning("the checkpoint has no state for the RNG %s (it has %s); it "
+                            "continues from its current state, so the run may not be "
+                            "bit-identical", path, ", ".join(sorted(objects)))
+            continue
         kind, value = objects[path]
         try:
             if kind != _kind(obj):

@@ -1292,3 +1292,61 @@ def test_a_script_run_in_a_spawned_pool_has_the_scripts_run_id(
     run_id = lines["run"][len("id "):]
     assert run_id in lines["store"], lines
     assert lines["resumed"] == "2"
+
+
+class _Stream:
+    """A dict key whose repr names its address: another in each call, and process."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_rng_under_a_dict_key_that_prints_its_address_is_restored(memory_url: str) -> None:
+    """The saved RNG's path does not spell the key's address (which the resuming process's
+    key does not have): such keys go by position. Before, the path missed on resume and the
+    generator went on from its fresh state, silently."""
+
+    def body(streams: dict[Any, Any], crash: list[int], *, state: Any = None) -> Any:
+        state = state or []
+        while len(state) < 6:
+            state.append([float(rng.random()) for rng in streams.values()])
+            if len(state) == 3 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state
+
+    def args() -> dict[Any, Any]:
+        return {_Stream("mutation"): np.random.default_rng(5), "plain": random.Random(6),
+                _Stream("crossover"): np.random.default_rng(7)}
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(args(), [])
+    f = checkpointed(store=memory_url, ignore=["crash"])(body)
+    assert f.run_id(args(), []) == f.run_id(args(), [])  # (one run: the keys' values)
+    with pytest.raises(RuntimeError):
+        f(args(), [1])
+    assert f(args(), []) == reference
+
+
+def test_an_rng_the_checkpoint_does_not_have_is_named_in_a_warning(
+    memory_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A resumed call holding an RNG at a path the checkpoint has no state for (the
+    checkpoint has others) warns that the run may differ, naming the path."""
+
+    def body(streams: dict[str, Any], crash: list[int], *, state: Any = None) -> Any:
+        state = state or []
+        while len(state) < 4:
+            state.append(float(next(iter(streams.values())).random()))
+            if len(state) == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state
+
+    f = checkpointed(store=memory_url, ignore=["crash", "streams"])(body)
+    with pytest.raises(RuntimeError):
+        f({"a": np.random.default_rng(1)}, [1])
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        f({"b": np.random.default_rng(1)}, [])
+    assert "streams['b']" in caplog.text and "bit-identical" in caplog.text

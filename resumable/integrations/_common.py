@@ -11,7 +11,6 @@ import itertools
 import keyword
 import logging
 import random
-import re
 import types
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
@@ -319,7 +318,7 @@ def adopt(target: Any, restored: Any) -> Any:
 
 
 HELD_RNGS = "held_rngs"  # (the state's key for them)
-ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")  # (an object's default repr names its address)
+ADDRESS = _rng.ADDRESS  # (an object's default repr names its address)
 _HELD_DEPTH = 4  # toolbox -> mutate (a partial) -> its func (a method) -> its object -> rng
 _HELD_NODES = 5000  # objects looked at, at most, per call
 _HELD_ITEMS = 1000  # items of one container looked at, at most
@@ -443,16 +442,11 @@ def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ..
     elif isinstance(obj, dict):
         # (a key that prints as an address, <Source object at 0x...>, by its position:
         # the path must be the same in the next process, review 103)
-        children = [(f"{path}[{_key_text(k, i)}]", v)
+        children = [(f"{path}[{_rng.key_text(k, i)}]", v)
                     for i, (k, v) in enumerate(itertools.islice(obj.items(), room))]
     else:  # (as the decorator finds an argument's: its __dict__ and __slots__)
         children = [(f"{path}.{k}", v) for k, v in _rng._attributes(obj)[:room]]
     return children
-
-
-def _key_text(key: Any, position: int) -> str:
-    text = repr(key)
-    return f"#{position}" if ADDRESS.search(text) else text
 
 
 def _filled(cell: Any) -> bool:
