@@ -535,3 +535,30 @@ def test_an_in_process_restart_restores_the_held_rngs(tmp_path: Path) -> None:
         got = _deap_call(str(tmp_path / "s"), flaky)
     assert raised[0] > 50, "the operator never raised"
     assert got == expected
+
+
+@pytest.mark.parametrize("steps", [
+    ("middle", lambda np, v: np.concatenate([np.full(500, 0.1), np.full(1000, v),
+                                              np.full(500, 0.1)]), (0.1, 50.0)),
+    ("digits", lambda np, v: np.concatenate([[v], np.ones(1999)]), (0.123456789,
+                                                                   0.1234567891)),
+], ids=lambda s: s[0])
+def test_nevergrad_array_mutation_steps_without_names_are_two_runs(
+        tmp_path: Path, steps: Any) -> None:
+    """An array of mutation steps prints in the parametrization's name as numpy prints it
+    (its middle elided, 8 digits): without set_name() two searches differing there had
+    one run, and the second returned the first's result (review 102's "left")."""
+    ng = pytest.importorskip("nevergrad")
+    np = pytest.importorskip("numpy")
+    from resumable.integrations import ask_tell
+
+    _, make, values = steps
+    folders = []
+    for value in values:
+        p = ng.p.Array(init=np.zeros(2000)).set_mutation(sigma=make(np, value))
+        p.random_state.seed(1)
+        opt = ng.optimizers.OnePlusOne(parametrization=p, budget=2)
+        store = tmp_path / f"s{value}"
+        ask_tell(opt, lambda w: float(np.sum(w ** 2)), 2, store=str(store))
+        folders += [q.name for q in store.iterdir()]
+    assert len(set(folders)) == 2, folders

@@ -143,12 +143,13 @@ def _ng_identity(opt: Any) -> Any:
         # None until someone draws or seeds; then its state (the seed).
         "random_state": vars(p).get("_random_state"),
         "constraints": vars(p).get("_constraint_checkers")}
-    if _ng_named(p):
+    if _ng_named(p) or _ng_array_steps(p):
         # A name given with set_name() replaces a parameter's description (its bounds,
         # its mutation) in the names above: two searches over Scalar(upper=1) and
-        # Scalar(upper=5), both named "lr", shared one run (review 99). Each parameter's
-        # own description, whatever its name; only then, so that the ids of the runs of
-        # parametrizations without such names stay as they were.
+        # Scalar(upper=5), both named "lr", shared one run (review 99). And an array of
+        # mutation steps is in the description as numpy prints it, middle elided and 8
+        # digits (review 102). Each parameter's own description and steps, whatever its
+        # name; only then, so that the ids of the other runs stay as they were.
         identity["structure"] = _ng_structure(p)
     return identity
 
@@ -163,6 +164,17 @@ def _ng_named(p: Any) -> bool:
     children = _ng_children(p)
     return bool(vars(p).get("_name")) or (
         children is not None and any(_ng_named(c) for c in children.values()))
+
+
+def _ng_array_steps(p: Any) -> bool:
+    """Whether a parameter of the tree has an array of mutation steps (set_mutation)."""
+    children = _ng_children(p)
+    if children is not None:
+        return any(_ng_array_steps(c) for c in children.values())
+    hyper = vars(p).get("parameters") if hasattr(p, "__dict__") else None
+    content = _ng_children(hyper) if hyper is not None else None
+    return any(getattr(getattr(c, "value", None), "ndim", 0) > 0
+               for c in (content or {}).values())
 
 
 def _ng_structure(p: Any) -> Any:
