@@ -196,7 +196,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     for path, obj in targets:
         if path not in objects:
             # Not there when the state was saved: older code saved none (left as it is,
-            # quietly), or the call held its RNGs elsewhere then (review 105).
+            # quietly), or the call held its RNGs elsewhere then (an address-keyed path, before).
             if objects:
                 log.warning("the checkpoint has no state for the RNG %s (it has %s); it "
                             "continues from its current state, so the run may not be "
