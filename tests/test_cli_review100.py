@@ -326,3 +326,31 @@ def test_an_s3_folder_marker_is_no_object_of_the_run(
     assert "skip" not in capsys.readouterr().out
     assert main(["rm", url, "run", "--yes"]) == 0
     assert "keeping" not in capsys.readouterr().out
+
+
+def test_a_run_folder_linked_from_another_disk_is_listed_and_removed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run folder moved to another disk and linked back (the library resumes it) is in
+    `ls` and is taken by `rm --completed`, which deletes its files, not the disk's other
+    files; a dataset linked into the store is looked at one level deep only, and a link
+    loop ends (review 100's "left")."""
+    store, disk = tmp_path / "store", tmp_path / "disk"
+    _walked(store, "moved")
+    _walked(store, "here")
+    shutil.move(str(store / "moved"), disk / "moved")  # (makes disk/)
+    (store / "moved").symlink_to(disk / "moved", target_is_directory=True)
+    (disk / "keep.txt").write_text("someone else's")
+    dataset = tmp_path / "dataset" / "deep" / "deeper"
+    dataset.mkdir(parents=True)
+    (dataset / "x.bin").write_bytes(b"0")
+    (store / "data").symlink_to(tmp_path / "dataset", target_is_directory=True)
+    (store / "loop").symlink_to(store, target_is_directory=True)
+    capsys.readouterr()
+    assert main(["ls", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "moved" in out and "here" in out and "deeper" not in out
+    assert main(["rm", "--completed", str(store), "--yes"]) == 0
+    assert sorted(p.name for p in disk.iterdir()) == ["keep.txt", "moved"]
+    assert list((disk / "moved").iterdir()) == []  # its files went, the folder stays
+    assert (dataset / "x.bin").exists()
+    assert not (store / "here").exists()

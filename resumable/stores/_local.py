@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -218,10 +219,13 @@ class LocalStore:
             if not isinstance(err, FileNotFoundError | NotADirectoryError):
                 unread.append(err)
 
-        for dirpath, _dirnames, filenames in os.walk(top, onerror=failed):
+        for dirpath, dirnames, filenames in os.walk(top, onerror=failed):
             rel = Path(dirpath).relative_to(self.root).as_posix()
-            for name in filenames:
-                key = name if rel == "." else f"{rel}/{name}"
+            files = [(name, name) for name in filenames]
+            if rel == ".":
+                files += self._linked_runs(dirpath, dirnames, failed)
+            for name, path in files:
+                key = path if rel == "." else f"{rel}/{path}"
                 if (
                     key.startswith(prefix)
                     and not is_temp_name(name)
@@ -240,6 +244,26 @@ class LocalStore:
                         "out (check the folder's owner and mode)", rel, self.url,
                         err.strerror or err)
         return sorted(found)
+
+    @staticmethod
+    def _linked_runs(dirpath: str, dirnames: builtins.list[str],
+                     failed: Callable[[OSError], None]) -> builtins.list[tuple[str, str]]:
+        """The files of the store's folders that are symbolic links (a run folder moved
+        to another disk and linked back, which the library resumes through the link): as
+        (name, key) pairs, one level deep. os.walk does not follow them; following them
+        all the way could walk a dataset linked into the store, or loop (review 100)."""
+        found = []
+        for folder in dirnames:
+            path = os.path.join(dirpath, folder)
+            if not os.path.islink(path):
+                continue
+            try:
+                with os.scandir(path) as entries:
+                    found += [(e.name, f"{folder}/{e.name}") for e in entries
+                              if not e.is_dir()]
+            except OSError as err:
+                failed(err)
+        return found
 
     def list_info(self, prefix: str) -> builtins.list[Listed]:
         """``list`` with each file's size and modification time (one stat each)."""
