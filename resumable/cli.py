@@ -879,6 +879,12 @@ def _rm_completed(args: argparse.Namespace) -> int:
 
 
 def _skip_unreadable(store: Store, run_id: str, info: ObjectInfo) -> None:
+    if info.gone:  # (review 101: "cannot be read" was true, but not why)
+        print(f"skipping {run_id}: its result was deleted since the listing (another "
+              f"`{PROG} rm`, or f.reset?); the rest of the run is left as it is: "
+              f"`{PROG} show {shlex.quote(store.url)} {shlex.quote(run_id)}` shows it",
+              file=sys.stderr)
+        return
     print(f"skipping {run_id}: its result record cannot be read ({info.problem}); "
           f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(run_id)}` tells more",
           file=sys.stderr)

@@ -354,3 +354,37 @@ def test_a_run_folder_linked_from_another_disk_is_listed_and_removed(
     assert list((disk / "moved").iterdir()) == []  # its files went, the folder stays
     assert (dataset / "x.bin").exists()
     assert not (store / "here").exists()
+
+
+class _ResultGoesBeforeItsWholeRead(DelegatingStore):
+    """Another `rm` (or f.reset) deletes run "a"'s result between the header read and
+    the whole read."""
+
+    def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        if key == "a/result":
+            self.inner.delete(key)
+        return self.inner.get(key)
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        return self.inner.head(key, n)  # type: ignore[attr-defined, no-any-return]
+
+
+def test_rm_completed_says_a_result_deleted_meanwhile_was_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Review 101's "left": the skip line said "cannot be read", which is true but not
+    why; it now says the result was deleted since the listing, and that nothing of the
+    run was deleted by this command."""
+    monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    store = tmp_path / "store"
+    _walked(store, "a")
+    _walked(store, "b")
+    real_open = cli_module.open_store
+    monkeypatch.setattr(cli_module, "open_store",
+                        lambda url: _ResultGoesBeforeItsWholeRead(real_open(url)))
+    capsys.readouterr()
+    assert main(["rm", "--completed", str(store), "--yes"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping a: its result was deleted since the listing" in err, err
+    assert "left as it is" in err, err
+    assert sorted(p.name for p in store.iterdir()) == ["a"]
