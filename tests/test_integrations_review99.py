@@ -562,3 +562,45 @@ def test_nevergrad_array_mutation_steps_without_names_are_two_runs(
         ask_tell(opt, lambda w: float(np.sum(w ** 2)), 2, store=str(store))
         folders += [q.name for q in store.iterdir()]
     assert len(set(folders)) == 2, folders
+
+
+class _FileLogger:
+    """An on_generation callable object holding an open file (review 99's left item)."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "w")  # noqa: SIM115 - (held: what the callback is)
+
+    def __call__(self, ga: Any) -> None:
+        self.file.write(f"{ga.generations_completed}\n")
+
+
+def test_pygad_callable_object_callback_that_cannot_pickle_gets_pygad_advice(
+        tmp_path: Path) -> None:
+    """A callback object is saved with the GA's attributes (its state is the run's); one
+    that cannot be pickled is named, with what a PyGAD user can do: a function wrapping
+    it (not saved), or a __getstate__ leaving the file out. The generic "keep it out of
+    the state" could not be acted on: the integration builds the state."""
+    pygad = pytest.importorskip("pygad")
+    np = pytest.importorskip("numpy")
+    from resumable import SerializationError
+    from resumable.integrations import pygad as resumable_pygad
+
+    logger = _FileLogger(tmp_path / "log.txt")
+    try:
+        ga = pygad.GA(num_generations=3, num_parents_mating=2, sol_per_pop=6, num_genes=3,
+                      fitness_func=lambda ga, s, i: -float(np.sum(s ** 2)), random_seed=1,
+                      on_generation=logger, suppress_warnings=True)
+        with pytest.raises(SerializationError) as caught:
+            resumable_pygad.run(ga, store=str(tmp_path / "store"))
+        text = str(caught.value)
+        assert "on_generation" in text and "_FileLogger" in text, text
+        assert "keep it out of the state" not in text, text
+        assert "on_generation=lambda ga: " in text and "__getstate__" in text, text
+        # The advice works: a function wrapping the object is the live instance's.
+        ga = pygad.GA(num_generations=3, num_parents_mating=2, sol_per_pop=6, num_genes=3,
+                      fitness_func=lambda ga, s, i: -float(np.sum(s ** 2)), random_seed=1,
+                      on_generation=lambda ga: logger(ga), suppress_warnings=True)
+        resumable_pygad.run(ga, store=str(tmp_path / "store2"))
+    finally:
+        logger.file.close()
+    assert (tmp_path / "log.txt").read_text().split() == ["1", "2", "3"]

@@ -36,6 +36,7 @@ try:
 except ModuleNotFoundError as err:
     raise missing_library(err, "pygad", "pygad") from None
 
+from .._errors import SerializationError
 from ._common import Pristine, _ignored, check_options, progress_option, run_checkpointed
 
 __all__ = ["run"]
@@ -136,15 +137,40 @@ def run(ga_instance: Any, **options: Any) -> Any:
         rebound = {k: vars(shadow).get(k, v) for k, v in vars(ga).items()}
         return {"class": type(ga), **rebound}  # (the parts left out are left out later)
 
-    final = run_checkpointed(
-        "resumable.integrations.pygad.run", identity, body, options,
-        ignorable=lambda part: None if _live(vars(ga).get(part)) else (
-            # (callbacks, the logger: the live instance's, also in a resumed run)
-            "a resumed PyGAD run takes every attribute of the GA instance but its "
-            "functions and logger from its checkpoint, so a new value would not be used; "
-            "to run more generations, name a new run (run_id=)"))
+    try:
+        final = run_checkpointed(
+            "resumable.integrations.pygad.run", identity, body, options,
+            ignorable=lambda part: None if _live(vars(ga).get(part)) else (
+                # (callbacks, the logger: the live instance's, also in a resumed run)
+                "a resumed PyGAD run takes every attribute of the GA instance but its "
+                "functions and logger from its checkpoint, so a new value would not be "
+                "used; to run more generations, name a new run (run_id=)"))
+    except SerializationError as err:
+        advice = _callback_advice(ga, str(err))
+        if advice is None:
+            raise
+        raise SerializationError(advice) from err
     vars(ga).update(final)
     return ga
+
+
+def _callback_advice(ga: Any, message: str) -> str | None:
+    """The serialization error's message for a callback object (a class with
+    ``__call__``) that cannot be pickled, with what a PyGAD user can do about it: the
+    generic "keep it out of the state" cannot be acted on, since this module builds the
+    state (review 99)."""
+    for name, value in vars(ga).items():
+        if (f"state['ga'][{name!r}]" in message and callable(value) and not _live(value)
+                and not isinstance(value, type)):
+            kind = type(value).__qualname__
+            cause = message.split("; keep it out of the state")[0]
+            return (f"{cause}; PyGAD's {name} is a {kind} object, which is saved with "
+                    f"each checkpoint as the GA's other attributes are (its attributes "
+                    f"are the run's state); a function is not, it stays the live "
+                    f"instance's: pass {name}=lambda ga: {name}_object(ga) with the "
+                    f"object in a variable, or give {kind} a __getstate__ and "
+                    f"__setstate__ that leave out what cannot be pickled and remake it")
+    return None
 
 
 TESTED_VERSION = "3.9.2"
