@@ -145,14 +145,14 @@ def check_call(run: Run, ident: CallIdentity,
                ignore: tuple[str, ...]) -> dict[str, Any] | None:
     """Record the run's identity on first use; refuse a call whose arguments differ.
 
-    Returns the identity record the run had, verified (None: it had none, or it is
-    unreadable).
+    Returns the identity record the run had, verified (None: it had none). One that
+    fails verification raises CheckpointCorruptError (or CheckpointTamperedError).
     """
-    recorded = run.read_record(IDENTITY, "identity")
+    recorded = run.read_record(IDENTITY, "identity", strict=True)
     if recorded is None:
         if run.write_record(IDENTITY, "identity", ident.record(), create_only=True):
             return None
-        recorded = run.read_record(IDENTITY, "identity")  # another attempt was first
+        recorded = run.read_record(IDENTITY, "identity", strict=True)  # another was first
         if recorded is None:
             return None
     theirs: dict[str, str] = recorded.get("arguments") or {}

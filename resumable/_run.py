@@ -556,20 +556,36 @@ class Run:
                       err.reason, "capturing a new one" if name == RNG_START else "ignoring it")
             return None
 
-    def read_record(self, name: str, kind: str) -> dict[str, Any] | None:
-        """A small JSON record (identity, call-<epoch>), verified; None if absent or bad."""
+    def read_record(self, name: str, kind: str, *, strict: bool = False) -> dict[str, Any] | None:
+        """A small JSON record (identity, call-<epoch>), verified; None if absent, or bad
+        and not ``strict``. With ``strict`` a bad one raises CheckpointCorruptError (or
+        CheckpointTamperedError): the identity record, without which a fixed run id
+        cannot tell another call's arguments apart (review 106: a damaged one was ignored,
+        and a call with other arguments resumed the run)."""
         data = self.store.get(self.key(name))
         if data is None:
             return None
         try:
             record = json.loads(bytes(self._decode(name, data, kind).frames[0]))
+            if not isinstance(record, dict):
+                raise ValueError(f"a JSON {type(record).__name__}, not an object")
         except ConfigurationError:  # a signed run without its key: refuse, never ignore
             raise
         except (_format.InvalidObject, ValueError, IndexError) as err:
-            log.error("record %s is unreadable (%s); ignoring it", self.where(name),
-                      getattr(err, "reason", err))
+            reason = getattr(err, "reason", err)
+            if strict:
+                tampered = getattr(err, "tampered", False)
+                cls = CheckpointTamperedError if tampered else CheckpointCorruptError
+                raise cls(
+                    f"the {kind} record {self.where(name)} fails verification ({reason}), "
+                    f"so this call's arguments cannot be checked against the run's. If "
+                    f"this call is the run's own, delete that one object and call again "
+                    f"(it is written anew from this call); otherwise delete the run with "
+                    f"`resumable rm {self.store.url} {self.run_id}`, or give this call "
+                    f"another run id") from None
+            log.error("record %s is unreadable (%s); ignoring it", self.where(name), reason)
             return None
-        return record if isinstance(record, dict) else None
+        return record
 
     # -- writing ----------------------------------------------------------------------
 

@@ -563,11 +563,13 @@ class _LooksLikeNone(float):
         return "None"
 
 
-@pytest.mark.parametrize("case", ["a value shown as None", "an unreadable identity"])
+@pytest.mark.parametrize("case", ["a value shown as None", "no identity record"])
 def test_an_added_parameter_is_a_change_unless_it_is_none_and_the_run_is_known(
         tmp_path: Path, case: str) -> None:
     """The rule above judges the value (not how it is shown), and only with the run's
-    identity read and verified: otherwise the run is extended, as before it."""
+    identity read and verified: otherwise the run is extended, as before it. (A run with
+    no identity record, as one deleted on the advice of the error for a damaged one; a
+    damaged one is refused, test_a_damaged_identity_record_is_refused_not_ignored.)"""
     calls: list[Any] = []
     before, after = _versions(calls)
     store = tmp_path / "store"
@@ -576,8 +578,7 @@ def test_an_added_parameter_is_a_change_unless_it_is_none_and_the_run_is_known(
     if case == "a value shown as None":
         extra = _LooksLikeNone(10.0)
     else:
-        record = store / "job" / "identity"
-        record.write_bytes(b"junk" + record.read_bytes()[4:])
+        (store / "job" / "identity").unlink()
     checkpointed(store=str(store), run_id="job", ignore=("extra",))(after)(3, extra)
     assert calls == [3, (3, extra)]
 
@@ -1350,3 +1351,41 @@ def test_an_rng_the_checkpoint_does_not_have_is_named_in_a_warning(
     with caplog.at_level(logging.WARNING, logger="resumable"):
         f({"b": np.random.default_rng(1)}, [])
     assert "streams['b']" in caplog.text and "bit-identical" in caplog.text
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_damaged_identity_record_is_refused_not_ignored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signed: bool) -> None:
+    """Under a fixed run id the identity record is what tells another call's arguments
+    apart. A damaged one was logged and ignored, so a call with other arguments resumed
+    the run and returned its result (review 106); signed, an altered record was ignored
+    too. It is refused now, naming the record, for this call and for the run's own (whose
+    arguments cannot be checked either), until the record is deleted or the run is."""
+    from resumable import CheckpointCorruptError, CheckpointTamperedError
+
+    if signed:
+        monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "k" * 32)
+    else:
+        monkeypatch.delenv("RESUMABLE_SIGNING_KEY", raising=False)
+    count = counter(store=str(tmp_path), run_id="job-1")
+    assert count(4) == 4
+    with pytest.raises(RunMismatchError):
+        count(5)
+    record = tmp_path / "job-1" / "identity"
+    if signed:  # another call's record, signed with another key (a forgery)
+        monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "f" * 32)
+        assert counter(store=str(tmp_path / "other"), run_id="job-1")(5) == 5
+        monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "k" * 32)
+        record.write_bytes((tmp_path / "other" / "job-1" / "identity").read_bytes())
+    else:  # a bit flip
+        data = bytearray(record.read_bytes())
+        data[-5] ^= 1
+        record.write_bytes(bytes(data))
+    for n in (5, 4):
+        with pytest.raises(CheckpointCorruptError) as err:
+            count(n)
+        message = str(err.value)
+        assert "job-1/identity" in message and "resumable rm" in message, message
+        assert isinstance(err.value, CheckpointTamperedError) == signed, message
+    record.unlink()  # what the message offers when the call is the run's own
+    assert count(4) == 4
