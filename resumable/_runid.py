@@ -61,7 +61,13 @@ _MAX_DEPTH = 100
 # and bytes (before, by .item(): np.float32(0.5) was 0.5), a 0-d array's own shape,
 # Fortran order, an OrderedDict's order, attributes of list, tuple and dict subclasses
 # and a dataclass's attributes beyond its fields, classes made at run time by value.
-ENCODING = 3
+# 4 (review 106: each pair had one run id): the class of a container (list, tuple, dict
+# or set subclass, dataclass) or an enum member made at run time by value; a set
+# subclass by module and name; an enum member without a name (a Flag
+# value no member spells) by its value; an int, float or str subclass by its class and
+# attributes (not numpy's float64: the same as a float, as before); an array's axes in
+# memory order when that is neither C's nor Fortran's (a transposed or reversed view).
+ENCODING = 4
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _FAST = frozenset(_ATOMS)
 
@@ -98,6 +104,9 @@ class _Encoder:
             raise ConfigurationError(f"cannot derive a run id: {path} is nested more than "
                                      f"{_MAX_DEPTH} levels deep; pass run_id= or ignore=")
         if isinstance(obj, (*_ATOMS, enum.Enum)):
+            if self.encoding >= 4 and type(obj) not in _FAST and not self._plain_atom(obj):
+                self._atom_subclass(obj, out, path, depth)
+                return
             _atom(obj, out)
             return
         key = id(obj)
@@ -127,6 +136,7 @@ class _Encoder:
                 out += b"path:"
                 _atom(str(obj), out)
         elif isinstance(obj, (list, tuple)):
+            self._subclass(obj, out, path, depth, (list, tuple))
             out += f"{tag}:{len(obj)}[".encode()
             for i, item in enumerate(obj):
                 if type(item) in _FAST:  # skip building a path nobody reads
@@ -141,11 +151,13 @@ class _Encoder:
                            for name, value in obj.items())
             out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
         elif isinstance(obj, (set, frozenset)):
+            self._subclass(obj, out, path, depth, (set, frozenset), named=True)
             parts = sorted(self._sub(item, f"{path} item", depth) for item in obj)
             out += f"set:{len(parts)}{{".encode() + b"".join(parts) + b"}"
         elif isinstance(obj, Mapping):
             if type(obj) is not dict:  # OrderedDict, Counter, defaultdict: not a dict
                 out += f"mapping:{_name(type(obj))}:".encode()
+                self._subclass(obj, out, path, depth, ())
                 if isinstance(obj, collections.defaultdict):
                     enc(obj.default_factory, out, f"{path}.default_factory", depth)
             items = [self._sub(k, f"{path} key", depth) + b"="
@@ -156,6 +168,7 @@ class _Encoder:
             self._extra_attrs(obj, out, path, depth)
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             out += f"dc:{_mod(type(obj).__module__)}.{tag}".encode()
+            self._subclass(obj, out, path, depth, ())
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             enc(_Attrs(fields), out, path, depth)
             if self.encoding >= 3:
@@ -183,6 +196,8 @@ class _Encoder:
                     shape = obj.shape
                     if obj.ndim > 1 and obj.flags.f_contiguous and not obj.flags.c_contiguous:
                         dtype += ":F"
+                    elif self.encoding >= 4 and not obj.flags.c_contiguous:
+                        dtype += _axis_order(obj)
                 out += f"ndarray:{dtype}:{shape}:".encode() + arr.tobytes()
             if type(obj) is not np.ndarray:  # a subclass: its class and what it adds
                 out += f"ndsub:{_name(type(obj))}:".encode()
@@ -248,6 +263,49 @@ class _Encoder:
                 enc(owner, out, f"{path}.__self__", depth)
         else:
             self._reduce(obj, out, path, depth)
+
+    def _subclass(self, obj: Any, out: bytearray, path: str, depth: int,
+                  builtins: tuple[type, ...], named: bool = False) -> None:
+        """Encoding 4: a container's class, beyond what encoding 3 wrote of it (a list or
+        tuple subclass's qualname, a mapping's or a dataclass's module and name; nothing
+        of a set's): by value when made at run time; a set subclass by module and name
+        (``named``). An importable list or tuple subclass stays as it was (a namedtuple,
+        a DEAP individual: their runs keep their ids), so two modules' classes of one
+        qualname holding equal values still share a run."""
+        cls = type(obj)
+        if self.encoding < 4 or cls in builtins:
+            return
+        if _resolve(cls.__module__, cls.__qualname__) is not cls:
+            self._class_by_value(cls, out, f"{path}.__class__", depth)
+        elif named:
+            out += f"cls:{_name(cls)};".encode()
+
+    @staticmethod
+    def _plain_atom(obj: Any) -> bool:
+        """What encoding 3's ``_atom`` told apart, with nothing more to tell: a member of
+        an enum importable by name, numpy's float64 (a float, as before)."""
+        if isinstance(obj, enum.Enum):
+            cls = type(obj)
+            return obj.name is not None and _resolve(cls.__module__, cls.__qualname__) is cls
+        return type(obj).__module__ == "numpy"
+
+    def _atom_subclass(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
+        """Encoding 4: an enum member of a class made at run time or without a name, an
+        int, float or str subclass: its value, its class, its attributes."""
+        if isinstance(obj, enum.Enum):
+            out += b"enum4:"
+            self._encode(type(obj), out, f"{path}.__class__", depth)
+            _atom(obj.name, out)
+            self._encode(obj.value, out, f"{path}.value", depth)
+            return
+        base: Any = next(b for b in _ATOMS if isinstance(obj, b) and b is not bool)
+        out += b"atomsub:"
+        self._encode(type(obj), out, f"{path}.__class__", depth)
+        _atom(base(obj), out)
+        extra = getattr(obj, "__dict__", None)
+        if isinstance(extra, dict) and extra:
+            out += b"attrs"
+            self._encode(_Attrs(extra), out, path, depth)
 
     def _extra_attrs(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
         """A list, tuple or dict subclass's own attributes (a genome's ``sigma``)."""
@@ -363,6 +421,19 @@ class _Encoder:
             self._encode(list(items), out, f"{path} item", depth)
         if pairs is not None:
             self._encode(dict(pairs), out, path, depth)
+
+
+def _axis_order(arr: Any) -> str:
+    """Encoding 4: the axes of an array neither C- nor F-contiguous in memory order
+    (largest stride first) and those it steps through backwards, when that order is not
+    C's: a reduction runs in memory order, so a transposed or reversed view sums to
+    other bits than its C copy (review 106)."""
+    strides = arr.strides
+    order = tuple(sorted(range(arr.ndim), key=lambda a: (-abs(strides[a]), a)))
+    backwards = tuple(a for a in range(arr.ndim) if strides[a] < 0 and arr.shape[a] > 1)
+    if order == tuple(range(arr.ndim)) and not backwards:
+        return ""
+    return f":axes{order}{backwards}"
 
 
 def _key(k: Any) -> str:
