@@ -66,10 +66,11 @@ def _pad(n: int) -> int:
 class InvalidObject(Exception):
     """Verification failed; ``tampered`` says whether the signature was the reason."""
 
-    def __init__(self, reason: str, *, tampered: bool = False) -> None:
+    def __init__(self, reason: str, *, tampered: bool = False, newer: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.tampered = tampered
+        self.newer = newer  # a format version above this library's: upgrade, not damage
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,8 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
         raise InvalidObject(
             f"unsupported format version {version} (this library reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}); it was written by a newer "
-            "resumable: upgrade resumable to read it"
+            "resumable: upgrade resumable to read it",
+            newer=version > max(READABLE_VERSIONS),
         )
     if flags & ~FLAG_SIGNED:
         raise InvalidObject(f"unknown flags {flags:#x}")

@@ -430,6 +430,13 @@ class Run:
         if not failures:
             return None
         summary = "; ".join(f"{n}: {e.reason}" for n, e in failures)
+        if all(e.newer for _, e in failures):
+            # Valid work of a newer version (the pods' image rolled back): deleting the
+            # run, as the advice below says, would lose it (review 106)
+            raise ConfigurationError(
+                f"every checkpoint of run {self.run_id!r} in {self.store.url} was written "
+                f"by a newer resumable ({summary}): upgrade resumable to resume the run "
+                "(this version cannot read them, and does not start over)")
         cls = CheckpointTamperedError if any(e.tampered for _, e in failures) else (
             CheckpointCorruptError)
         what = "is signed correctly" if cls is CheckpointTamperedError else "passes verification"
@@ -529,6 +536,10 @@ class Run:
         try:
             decoded = self._decode(RESULT, data, "result")
         except _format.InvalidObject as err:
+            if err.newer:
+                raise ConfigurationError(
+                    f"the result record {self.where(RESULT)} was written by a newer "
+                    f"resumable ({err.reason})") from None
             cls = CheckpointTamperedError if err.tampered else CheckpointCorruptError
             raise cls(
                 f"the result record {self.where(RESULT)} fails verification ({err.reason}); "

@@ -406,3 +406,38 @@ def test_state_changing_type_between_generations(tmp_path: Path) -> None:
     latest = run.load_latest()
     assert latest is not None and latest.state == {"g": 4}  # everything before is intact
     assert [int(n.rsplit("-", 1)[1]) for n in run.checkpoint_names()] == [1, 2, 3, 4]
+
+
+def _as_newer(path: Path) -> None:
+    blob = bytearray(path.read_bytes())
+    struct.pack_into("<H", blob, 8, 3)  # (the format version field)
+    path.write_bytes(bytes(blob))
+
+
+def test_checkpoints_of_a_newer_resumable_say_upgrade_not_delete(tmp_path: Path) -> None:
+    """Every checkpoint written by a newer resumable (a rollback of the pods' image): the
+    error was CheckpointCorruptError with the advice to delete the run, valid work
+    (review 106). It says to upgrade, and names no deletion; a ConfigurationError (exit
+    78), since running again with this version cannot help."""
+    from resumable import ConfigurationError
+
+    evolve, _, ckpts = crashed_run(tmp_path)
+    for p in ckpts:
+        _as_newer(p)
+    with pytest.raises(ConfigurationError) as info:
+        evolve(8)
+    text = str(info.value)
+    assert "newer resumable" in text and "upgrade" in text, text
+    assert "resumable rm" not in text and evolve.run_id(8) in text, text
+    assert not isinstance(info.value, CheckpointCorruptError)
+
+
+def test_a_result_of_a_newer_resumable_says_upgrade_not_delete(tmp_path: Path) -> None:
+    from resumable import ConfigurationError
+
+    evolve, folder, _ = crashed_run(tmp_path)
+    evolve(8)
+    _as_newer(folder / "result")
+    with pytest.raises(ConfigurationError) as info:
+        evolve(8)
+    assert "upgrade" in str(info.value) and "resumable rm" not in str(info.value)
