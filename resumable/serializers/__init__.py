@@ -367,7 +367,11 @@ def _explain(serializer: Serializer, obj: Any, what: str, root: str, err: Except
         try:
             import cloudpickle
 
-            cloudpickle.dumps(offender)
+            # (what it brings back as another type, it does not handle: a memoryview
+            # comes back as bytes, neither writable nor a view, review 106)
+            back = cloudpickle.loads(cloudpickle.dumps(offender))
+            if type(back) is not type(offender):
+                raise TypeError(f"cloudpickle brings it back as {type(back).__name__}")
         except Exception:
             message += "; keep it out of the state (rebuild it after a resume)"
         else:
