@@ -364,6 +364,7 @@ class _Execution:
             run_id=run.run_id)
         # RNG objects among the arguments (self.rng, ...), restored in place: see _rng.
         self.rng_objects = _rng.find(arguments) if fn._opts.capture_rng else []
+        run.rng_targets = self.rng_objects
         self.thread = threading.current_thread()
         self.suspended = False  # at a yield: the consumer runs, not the body
         # the run whose body this run last handed a state to (see _signals.consumer_body)

@@ -41,7 +41,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _numpy
+from . import _numpy, _rng
 from ._aligned import ALIGN, aligned_buffer
 
 # A span whose arrays hold under half its bytes (samples of a buffer the state does not
@@ -329,6 +329,9 @@ class _Pickler:
         # (a program's own reducer for arrays, copyreg.pickle(np.ndarray, ...), stands:
         # its arrays are then pickled as it says, without the layout)
         dispatch.setdefault(arrays.ndarray, arrays.reduce)
+        # (RNG objects the call holds as arguments too: by path, see _rng.aliasing)
+        for cls in _rng.rng_classes():
+            dispatch.setdefault(cls, _rng.reduce_rng)
         self.pandas = False  # (its managers' entries: once pandas is imported)
         pickler: Any = base.__new__(base)  # type: ignore[call-overload]
         if base is not pickle.Pickler:

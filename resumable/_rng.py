@@ -118,6 +118,79 @@ def key_text(key: Any, position: int) -> str:
     return f"#{position}" if ADDRESS.search(text) else text
 
 
+# -- RNG arguments that the state holds too ----------------------------------------------
+#
+# ``state = {"rng": rng}``: one generator under two names. Pickled as any object, the
+# state's would come back a copy, while the argument is restored in place: two
+# generators drawing the same numbers after a resume (review 106). While a run pickles
+# or loads its state (``aliasing``), such an RNG is pickled as a reference to its path
+# among the call's RNG objects with its own reduction beside it; loaded, it is that
+# object of the loading call, set to the saved state (or, with no such object there, a
+# copy, as before).
+
+
+class _Aliases(threading.local):
+    def __init__(self) -> None:
+        self.by_id: dict[int, tuple[str, Any]] | None = None  # id -> (path, object)
+        self.by_path: dict[str, Any] = {}
+
+
+_aliases = _Aliases()
+
+
+@contextlib.contextmanager
+def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
+    """While pickling or loading a run's state on this thread: the call's RNG objects."""
+    before = (_aliases.by_id, _aliases.by_path)
+    _aliases.by_id = {id(obj): (path, obj) for path, obj in targets}
+    _aliases.by_path = dict(targets)
+    try:
+        yield
+    finally:
+        _aliases.by_id, _aliases.by_path = before
+
+
+def reduce_rng(obj: Any) -> Any:
+    """A dispatch_table entry for the RNG classes: the call's own RNG objects by path."""
+    by_id = _aliases.by_id
+    reduced = obj.__reduce_ex__(5)
+    if by_id:
+        found = by_id.get(id(obj))
+        if found is not None and found[1] is obj:
+            return _aliased, (found[0], reduced)
+    return reduced
+
+
+def rng_classes() -> list[type]:
+    """The exact classes ``reduce_rng`` is registered for (subclasses are pickled as
+    they say)."""
+    classes: list[type] = [random.Random]
+    np = _numpy.loaded()
+    if np is not None:
+        r = np.random
+        classes += [r.Generator, r.RandomState, r.PCG64, r.PCG64DXSM, r.MT19937, r.Philox,
+                    r.SFC64]
+    return classes
+
+
+def _aliased(path: str, reduced: Any) -> Any:
+    """Unpickling: the loading call's RNG object at ``path``, at the saved state."""
+    func, args, *rest = reduced
+    fresh = func(*args)
+    state = rest[0] if rest else None
+    if state is not None:
+        setstate = getattr(fresh, "__setstate__", None)
+        if setstate is not None:
+            setstate(state)
+        else:
+            vars(fresh).update(state)
+    live = _aliases.by_path.get(path)
+    if live is None or type(live) is not type(fresh):
+        return fresh
+    _set(live, _get(fresh))
+    return live
+
+
 def _get(obj: Any) -> Any:
     if isinstance(obj, random.Random):
         return obj.getstate()

@@ -282,6 +282,9 @@ class Run:
     ) -> None:
         self.store = store
         self.run_id = run_id
+        # The call's RNG objects (see _rng.aliasing): one the state holds too is pickled
+        # by its path, and loaded as the loading call's object
+        self.rng_targets: Sequence[tuple[str, Any]] = ()
         self.serializer = get_serializer(serializer)
         self.signing_key = signing_key
         self.keep = keep
@@ -505,7 +508,8 @@ class Run:
             self._check_serializer(name, header.serializer)
             try:
                 rng = _rng_loads(decoded.frames[0])
-                state = loads_frames(self.serializer, decoded.frames[1:])
+                with _rng.aliasing(self.rng_targets):
+                    state = loads_frames(self.serializer, decoded.frames[1:])
             except Exception as err:
                 raise SerializationError(
                     f"checkpoint {self.where(name)} passed verification but cannot be "
@@ -854,8 +858,9 @@ class Run:
 
     def serialize(self, state: Any, step: int) -> list[Buffer]:
         """The state's pickle stream, then views of its large buffers (see dumps_views)."""
-        return dumps_views(self.serializer, state,
-                           lambda: f"the state yielded at step {step} of run {self.where()}")
+        with _rng.aliasing(self.rng_targets):
+            return dumps_views(self.serializer, state, lambda: (
+                f"the state yielded at step {step} of run {self.where()}"))
 
     def snapshot_forked(self, state: Any, step: int, rng: _rng.RngState | None,
                         pool: BufferPool | None, size_hint: int = 0) -> Snapshot:
@@ -863,7 +868,13 @@ class Run:
         ``size_hint`` (the last known state's) until its frames are read."""
         what = f"the state yielded at step {step} of run {self.where()}"
         serializer = self.serializer
-        child = _forked.Forked(lambda: dumps_views(serializer, state, what), what)
+        targets = self.rng_targets
+
+        def dump() -> list[Buffer]:
+            with _rng.aliasing(targets):
+                return dumps_views(serializer, state, what)
+
+        child = _forked.Forked(dump, what)
         return Snapshot(step=step, frames=[b""], rng=rng, created=time.time(), pool=pool,
                         forked=child, size=size_hint)
 
@@ -874,7 +885,9 @@ class Run:
         # the pool and get overwritten. The pickle streams are only read.
         views = [memoryview(f).cast("B") for f in snap.frames[:2]]
         views += [aligned_copy(f) for f in snap.frames[2:]]
-        return loads_frames(self.serializer, views[1:]), _rng_loads(views[0])
+        with _rng.aliasing(self.rng_targets):
+            state = loads_frames(self.serializer, views[1:])
+        return state, _rng_loads(views[0])
 
     def write_checkpoint(self, snap: Snapshot) -> str:
         """Fence check, write, then apply retention. Runs on the uploader thread."""

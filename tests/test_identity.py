@@ -1494,3 +1494,43 @@ def test_encoding_4_keeps_the_ids_of_the_values_it_did_not_change() -> None:
                   np.arange(6.0).reshape(2, 3), np.asfortranarray(np.ones((2, 3))),
                   np.arange(10.0)[::2], collections.OrderedDict(a=1), Path("/x")):
         assert encode_value_as(value, "v", 3) == encode_value_as(value, "v", 4), value
+
+
+@pytest.mark.parametrize("kind", ["Generator", "BitGenerator", "RandomState", "Random"])
+@pytest.mark.parametrize("how", ["resume", "restart"])
+def test_an_rng_argument_also_in_the_state_stays_one_generator(
+        memory_url: str, kind: str, how: str) -> None:
+    """``state = {"rng": rng}``: one generator under two names. After a resume the state's
+    copy and the argument (restored in place) were two generators that drew the same
+    numbers (review 106). The state's one is the argument again, at the saved position."""
+    def make() -> Any:
+        return {"Generator": lambda: np.random.default_rng(1),
+                "BitGenerator": lambda: np.random.PCG64(1),
+                "RandomState": lambda: np.random.RandomState(1),
+                "Random": lambda: random.Random(1)}[kind]()
+
+    def draw(rng: Any) -> float:
+        return float(rng.random_raw()) if kind == "BitGenerator" else float(rng.random())
+
+    def body(rng: Any, crash: list[int], *, state: Any = None) -> Any:
+        if state is None:
+            state = {"i": 0, "rng": rng, "draws": []}
+        while state["i"] < 4:
+            state["draws"].append((draw(rng), draw(state["rng"]), state["rng"] is rng))
+            state["i"] += 1
+            if state["i"] == 3 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["draws"]
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(make(), [])
+    assert all(same for _, _, same in reference)
+    if how == "resume":
+        f = checkpointed(store=memory_url, ignore=["crash"])(body)
+        with pytest.raises(RuntimeError):
+            f(make(), [1])
+        assert f(make(), []) == reference
+    else:
+        f = checkpointed(store=memory_url, ignore=["crash"], restarts=1)(body)
+        assert f(make(), [1]) == reference
