@@ -8,11 +8,28 @@ emigrants its topology sends it for the same generation, waiting until they exis
     archipelago = Archipelago("s3://bucket/islands", "exp-1", islands=4, every=5)
 
     @checkpointed(store="s3://bucket/islands")
-    def island(index, generations, *, state=None):
+    def island(archipelago, index, generations, *, state=None):
         ...
         immigrants = archipelago.migrate(index, generation, emigrants)  # [] when not due
         ...
         yield state
+
+    island(archipelago, index, 50)
+
+The island's run id must name the experiment: passed as an argument, the Archipelago is
+part of the derived run id by its plan (store URL, experiment, islands, topology, every,
+serializer, generations; not its signing key, timeout or store client), the same in every
+process, so a restarted island resumes its run and another experiment is another run.
+With a global archipelago and ``island(index, generations)`` a new experiment name
+would resume, or return the stored result of, the old experiment's island runs. A fixed
+``run_id=f"exp-1.island-{index}"`` does as well.
+
+An experiment is signed by all its islands or by none (``signing_key=`` or
+``$RESUMABLE_SIGNING_KEY``), as its plan's signature says: an island without the key in a
+signed experiment is refused (ConfigurationError) before it writes anything, as is a keyed
+island in an unsigned one (CheckpointTamperedError). An Archipelago with ``signing_key=``
+is never pickled (its key would travel in clear, as with a ``@checkpointed`` function's);
+one keyed from the environment pickles without the key and reads it where it is loaded.
 
 Migrant objects are written once and never change, so an island resumed after a crash
 reads exactly what it read before, and the archipelago's result does not depend on
@@ -56,6 +73,7 @@ import logging
 import numbers
 import operator
 import os
+import pickle
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -84,6 +102,12 @@ KIND = "migrants"
 PLAN = "plan"  # <experiment>/plan: the plan every island of the experiment must share
 FINISHED = "finished"  # <experiment>/finished/<island>: the generation its run ended at
 _CREATE_TRIES = 3  # create-only write refused, yet nothing to read: tries before giving up
+MAX_KEY_BYTES = 255  # an object's name, as the verified format records it (UTF-8 bytes)
+# Without generations=, the longest key an experiment name must leave room for: one of a
+# generation of this many digits (a billion generations less one).
+_UNBOUNDED_DIGITS = 9
+_jitter = random.Random()  # private retry jitter: never the captured global RNG, and not an
+# attribute of an Archipelago (capture_rng would save it, the run id would encode it)
 Topology = str | Mapping[int, Sequence[int]]
 
 
@@ -147,6 +171,11 @@ def _sources(islands: int, topology: Topology) -> dict[int, tuple[int, ...]]:
                     f"topology: island {island} receives from {s!r}, which is not another "
                     f"island in 0..{islands - 1}"
                 )
+            if index() in senders:
+                raise ConfigurationError(
+                    f"topology: island {island} receives from {index()} twice ({given!r}): "
+                    "its migrants would arrive twice; name each sender once"
+                )
             senders.append(index())
         out[island] = tuple(senders)
     extra = set(topology) - set(range(islands))
@@ -187,13 +216,7 @@ class Archipelago:
         if generations is not None:
             generations = _integer("generations", generations, 1,
                                    "a positive int (every island's last generation) or None")
-        if (not isinstance(experiment, str) or not experiment
-                or experiment != experiment.strip("/")
-                or any(part in ("", ".", "..") for part in experiment.split("/"))):
-            raise ConfigurationError(
-                f"experiment must be a non-empty name (a str) without leading, trailing or "
-                f"doubled '/' and without '.' or '..' parts, not {experiment!r}"
-            )
+        _check_experiment(experiment, islands, generations)
         sources = _sources(islands, topology)
         seconds = _timeout(timeout)
         self.store = open_store(store)
@@ -204,9 +227,47 @@ class Archipelago:
         self.sources = sources
         self.timeout = seconds
         self._key = _signing_key(signing_key)
+        # signing_key= given (not $RESUMABLE_SIGNING_KEY): such an Archipelago is never
+        # pickled, as a @checkpointed function with signing_key= is not by value.
+        self._key_given = signing_key is not None
         self._serializer = get_serializer(serializer)
-        self._jitter = random.Random()  # private: never draws from the captured global RNG
         self._real = _Experiment(self.store)  # what runs outside an f.audit read and write
+
+    def __repr__(self) -> str:
+        return (f"Archipelago({self.store.url!r}, {self.experiment!r}, "
+                f"islands={self.islands}, every={self.every}, "
+                f"generations={self.generations})")
+
+    def _identity_parts(self) -> tuple[Any, None]:
+        """What identifies it as an island body's argument (the run id, and a fixed run
+        id's check): the experiment it migrates in, its store and its plan, as every
+        process makes them alike. Not its signing key (from the environment or not), its
+        timeout, its store client or what it has cached: a restarted island with the same
+        Archipelago(...) resumes its run, and another experiment is another run.
+        (The hook the run id's encoding asks an object for before pickling it; pickling
+        would carry more, or, with signing_key=, refuse.)"""
+        return ("resumable.islands.Archipelago", self.store.url, self.experiment,
+                self.plan()), None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a Dask task, a process pool): the plan, store and settings, never the
+        signing key. With signing_key= it would travel in clear, so it is refused (as a
+        @checkpointed function with signing_key= is); a key from $RESUMABLE_SIGNING_KEY is
+        left out and read from the environment where it is loaded."""
+        if self._key_given:
+            raise pickle.PicklingError(
+                f"cannot pickle the Archipelago of experiment {self.experiment!r} "
+                f"({self.store.url}): it would carry its signing_key= in clear; give the key "
+                "through $RESUMABLE_SIGNING_KEY instead (set on the workers too: a pickled "
+                "Archipelago reads it where it is loaded), or make the Archipelago in a "
+                "module the workers import (a function that uses it is then pickled by "
+                "name, without it)")
+        return {k: v for k, v in vars(self).items() if k not in ("_key", "_real")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._key = _signing_key(None)
+        self._real = _Experiment(self.store)
 
     def plan(self) -> dict[str, Any]:
         """What every island of the experiment must agree on: which generations migrate,
@@ -236,6 +297,7 @@ class Archipelago:
                               key=self._key)
         existing = self._create(io, key, data, "the plan", own=False)
         if existing is not None:
+            self._check_signed(existing, key, where)
             theirs = bytes(self._verified(
                 existing, PLAN, key, f"the plan of experiment {self.experiment!r} at {where}",
                 "Check").frames[0])
@@ -248,6 +310,33 @@ class Archipelago:
                     "Fix this island's settings, or use a new experiment name for a new plan."
                 )
         io.plan_checked = True
+
+    def _check_signed(self, plan: Any, key: str, where: str) -> None:
+        """An experiment is signed by all its islands or by none, as its plan (written
+        by its first migration) says. An island without the key in a signed experiment
+        would publish unsigned create-only migrants that its neighbours refuse and that
+        nobody can replace; a keyed island in an unsigned one would refuse them all. Both
+        are refused here, before the island writes anything."""
+        try:  # (the checksum only: a damaged plan is named by _verified, next)
+            signed = _format.decode(plan, kind=PLAN, name=key).header.signed
+        except _format.InvalidObject:
+            return
+        if signed and self._key is None:
+            raise ConfigurationError(
+                f"experiment {self.experiment!r} in {self.store.url} is signed (its plan, "
+                f"{where}, carries a signature), but this Archipelago has no signing key: "
+                "its emigrants would be unsigned objects that its neighbours refuse and "
+                "that, written once, nobody could replace. Set $RESUMABLE_SIGNING_KEY (the "
+                "experiment's key) for this island, or pass signing_key=.")
+        if not signed and self._key is not None:
+            raise CheckpointTamperedError(
+                f"experiment {self.experiment!r} in {self.store.url} is unsigned (its plan, "
+                f"{where}, carries no signature: the experiment was started without a "
+                "signing key, or someone else wrote it), but this Archipelago has a "
+                "signing key ($RESUMABLE_SIGNING_KEY or signing_key=) and would refuse "
+                "every migrant of it. An experiment is signed by all its islands or by "
+                "none: start a new experiment name with the key set for every island (or, "
+                "if this one is meant to be unsigned, run every island of it without a key).")
 
     def _io(self) -> _Experiment:
         """Where this call reads and writes: the experiment's store, or, in the body of
@@ -386,7 +475,15 @@ class Archipelago:
     def key(self, island: int, generation: int) -> str:
         island = self._check_island(island)
         generation = _integer("generation", generation, 0, "an int >= 0")
-        return f"{self.experiment}/migrants/{island}/{generation}"
+        key = f"{self.experiment}/migrants/{island}/{generation}"
+        if len(key.encode()) > MAX_KEY_BYTES:  # (only past the generations the name has room for)
+            raise ConfigurationError(
+                f"the emigrants of island {island} at generation {generation} of experiment "
+                f"{self.experiment!r} would be named {key!r}, {len(key.encode())} bytes: past "
+                f"the limit of {MAX_KEY_BYTES} bytes for an object's name. Use a shorter "
+                "experiment name, or give Archipelago(generations=N) so that the name is "
+                "checked against the longest key at once.")
+        return key
 
     def where(self, island: int, generation: int) -> str:
         return f"{self.store.url.rstrip('/')}/{self.key(island, generation)}"
@@ -528,7 +625,7 @@ class Archipelago:
                     f"with the same store? Raise ${TIMEOUT_ENV} if its pods restart slowly."
                     + self._keys_below(io, key, island)
                 )
-            time.sleep(min(left, pause * (0.5 + self._jitter.random())))
+            time.sleep(min(left, pause * (0.5 + _jitter.random())))
             pause = min(pause * 1.5, 2.0)
 
     def _decode(self, data: Any, island: int, generation: int) -> Any:
@@ -643,6 +740,42 @@ class _Audited(_Experiment):
             f"after island {island}'s real run has published generation {generation}), "
             "or audit fewer steps (steps=) or generations, so that the body does not "
             "reach that migration.")
+
+
+def _check_experiment(experiment: Any, islands: int, generations: int | None) -> None:
+    """A name every key of the experiment can be written under, or a ConfigurationError:
+    no empty, '.' or '..' parts, no control characters (a NUL byte ends a file name), valid
+    UTF-8, and short enough that its longest key, the emigrants of its last island at its
+    last generation (at a 9-digit generation without ``generations=``), fits the
+    verified format's limit of 255 bytes for an object's name."""
+    if (not isinstance(experiment, str) or not experiment
+            or experiment != experiment.strip("/")
+            or any(part in ("", ".", "..") for part in experiment.split("/"))):
+        raise ConfigurationError(
+            f"experiment must be a non-empty name (a str) without leading, trailing or "
+            f"doubled '/' and without '.' or '..' parts, not {experiment!r}"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in experiment):
+        raise ConfigurationError(
+            f"experiment {experiment!r} contains control characters; choose a plain name "
+            "like 'exp-1'")
+    try:
+        size = len(experiment.encode())
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            f"experiment {experiment!r} is not valid UTF-8 text (a lone surrogate?); choose "
+            "a plain name like 'exp-1'") from None
+    last = "9" * _UNBOUNDED_DIGITS if generations is None else str(generations)
+    longest = f"/{KIND}/{islands - 1}/{last}"
+    if size + len(longest) > MAX_KEY_BYTES:
+        bound = ("without generations=, room for generations of "
+                 f"{_UNBOUNDED_DIGITS} digits" if generations is None
+                 else f"generations={generations}")
+        raise ConfigurationError(
+            f"experiment {experiment[:40]!r}... is {size} bytes (UTF-8): its longest key, "
+            f"'<experiment>{longest}' ({bound}), would be {size + len(longest)} bytes, "
+            f"past the limit of {MAX_KEY_BYTES} bytes for an object's name. Use an "
+            f"experiment name of at most {MAX_KEY_BYTES - len(longest)} bytes.")
 
 
 def _integer(name: str, value: Any, minimum: int, what: str) -> int:
