@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -604,3 +605,43 @@ def test_pygad_callable_object_callback_that_cannot_pickle_gets_pygad_advice(
     finally:
         logger.file.close()
     assert (tmp_path / "log.txt").read_text().split() == ["1", "2", "3"]
+
+
+_POOL_STOP_AT = [0]
+
+
+def test_pymoo_ignored_problem_with_a_pool_runner_runs_and_resumes(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ignore=("problem",) leaves the problem out of the run id, yet its digest was still
+    made first: a problem evaluating through StarmapParallelization(pool.starmap) failed
+    with "cannot derive a run id" at the pool's weakrefs (review 99's left item)."""
+    pytest.importorskip("pymoo")
+    import multiprocessing
+
+    from pymoo.algorithms.soo.nonconvex.ga import GA
+    from pymoo.core.problem import StarmapParallelization
+
+    from resumable.integrations import pymoo as resumable_pymoo
+    from tests.pymoo_problems import Sphere
+
+    def callback(algorithm: Any) -> None:  # (a global: no part of the run id)
+        if algorithm.n_gen == _POOL_STOP_AT[0]:
+            _POOL_STOP_AT[0] = 0
+            raise _Stop
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        def call(store: str, **options: Any) -> Any:
+            problem = Sphere(elementwise_runner=StarmapParallelization(pool.starmap))
+            return resumable_pymoo.minimize(problem, GA(pop_size=8), ("n_gen", 4), seed=1,
+                                            store=store, ignore=("problem",),
+                                            callback=callback, **options)
+
+        reference = call(str(tmp_path / "ref"))
+        _POOL_STOP_AT[0] = 2
+        with pytest.raises(_Stop):
+            call(str(tmp_path / "run"))
+        with caplog.at_level(logging.INFO, logger="resumable"):
+            resumed = call(str(tmp_path / "run"))
+    assert "resuming run" in caplog.text
+    assert resumed.F.tolist() == reference.F.tolist()
+    assert resumed.X.tolist() == reference.X.tolist()

@@ -108,8 +108,21 @@ def run_checkpointed(
     seed = numpy_seed()
     if seed is not None:
         parts[NUMPY_SEED] = seed
+    left_out = set(_ignored(options))
+
+    def argument(part: str, value: Any) -> Any:
+        if part not in left_out:
+            return _argument(part, value)
+        # An ignored part is no part of the run id: what stands for it (the attempt's
+        # record of its ignored values) need not have a stable value, and a problem
+        # holding a process pool must not fail the call (review 99)
+        try:
+            return _argument(part, value)
+        except Unidentifiable:
+            return _argument(part, stable_parts({part: value})[part])
+
     try:
-        arguments = {parameter_name(p): _argument(p, value) for p, value in parts.items()}
+        arguments = {parameter_name(p): argument(p, value) for p, value in parts.items()}
     except Unidentifiable as err:
         if not explicit:
             raise ConfigurationError(
