@@ -858,9 +858,13 @@ class Run:
 
     def serialize(self, state: Any, step: int) -> list[Buffer]:
         """The state's pickle stream, then views of its large buffers (see dumps_views)."""
+        def what() -> str:
+            return f"the state yielded at step {step} of run {self.where()}"
+
+        if not self.rng_targets:  # (the common case: nothing more per yield)
+            return dumps_views(self.serializer, state, what)
         with _rng.aliasing(self.rng_targets):
-            return dumps_views(self.serializer, state, lambda: (
-                f"the state yielded at step {step} of run {self.where()}"))
+            return dumps_views(self.serializer, state, what)
 
     def snapshot_forked(self, state: Any, step: int, rng: _rng.RngState | None,
                         pool: BufferPool | None, size_hint: int = 0) -> Snapshot:
