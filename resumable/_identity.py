@@ -110,7 +110,7 @@ def _lenient_hash(name: str, value: Any, encoding: int = ENCODING) -> str:
     object hid all of it): ``encoding`` < 3 gives their hash, to check their records.
     """
     if encoding >= 3:
-        return _hash(encode_leniently(value, name))
+        return _hash(encode_leniently(value, name, encoding))
     try:
         return _hash(encode_value_as(value, name, encoding))
     except ConfigurationError:

@@ -618,14 +618,16 @@ def encode_value_as(value: Any, path: str, encoding: int) -> bytes:
     return _Encoder(encoding=encoding).encode(value, path)
 
 
-def encode_leniently(value: Any, path: str) -> bytes:
+def encode_leniently(value: Any, path: str, encoding: int = ENCODING) -> bytes:
     """For a fixed run id, which never needs a value: ``value``'s encoding, or, where it
     has no stable one, its type and each of its immediate parts (items, attributes),
     a part without a stable value by its type. ``Experiment(pop_size, lock)`` is then
     compared by ``pop_size``; a part that holds a thread or a pool, whatever it holds
-    (a thread's id differs in every process), by its type."""
+    (a thread's id differs in every process), by its type. ``encoding``: as that version
+    of the encoding did (a record written under it, review 108: a run started under
+    encoding 3 got a RunMismatchError for the arguments encoding 4 moved)."""
     try:
-        return encode_value(value, path)
+        return encode_value_as(value, path, encoding)
     except ConfigurationError:
         pass
     parts: list[tuple[Any, Any]] | None = None
@@ -648,11 +650,11 @@ def encode_leniently(value: Any, path: str) -> bytes:
     items = []
     for key, part in parts:
         try:
-            data = encode_value(part, path)
+            data = encode_value_as(part, path, encoding)
         except ConfigurationError:
             data = f"unstable:{_name(type(part))};".encode()
         try:
-            name = encode_value(key, path)
+            name = encode_value_as(key, path, encoding)
         except ConfigurationError:
             name = f"unstable:{_name(type(key))};".encode()
         items.append(name + b"=" + data)

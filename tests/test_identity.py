@@ -1563,3 +1563,46 @@ def test_lists_of_numbers_encode_in_bulk_to_the_same_bytes(items: list[Any]) -> 
             assert out == one_by_one
         else:
             assert out == b""
+
+
+def _cfg_class() -> Any:
+    @dataclasses.dataclass
+    class Cfg:
+        a: int = 1
+
+    return Cfg
+
+
+def test_a_fixed_run_started_under_encoding_3_resumes_under_4(tmp_path: Path) -> None:
+    """A run whose identity record was written under encoding 3 (the code before
+    0b9cacd) is checked with encoding 3's hashes: an argument that encoding 4 moved (a
+    dataclass made at run time) is no difference (review 108: RunMismatchError)."""
+    from resumable._identity import _hash
+    from resumable._run import Run
+    from resumable._runid import encode_value_as
+
+    Cfg = _cfg_class()
+    stop = [2]
+
+    @checkpointed(store=str(tmp_path), run_id="fixed-run", ignore=["stop"])
+    def job(cfg: Any, stop: list[int], *, state: Any = None) -> Any:
+        state = state or {"i": 0}
+        while state["i"] < 4:
+            state["i"] += 1
+            yield state
+            if state["i"] == stop[0]:
+                raise RuntimeError("stop")
+        return state["i"]
+
+    with pytest.raises(RuntimeError):
+        job(Cfg(), stop)
+    run = Run(open_store(str(tmp_path)), "fixed-run")
+    record = run.read_record("identity", "identity")
+    assert record is not None and record["encoding"] == 4
+    # As encoding 3 wrote it: its hash of the argument, its version number
+    record["arguments"]["cfg"] = _hash(encode_value_as(Cfg(), "cfg", 3))
+    assert record["arguments"]["cfg"] != _hash(encode_value_as(Cfg(), "cfg", 4))
+    record["encoding"] = 3
+    run.write_record("identity", "identity", record)
+    stop[0] = 0
+    assert job(Cfg(), stop) == 4
