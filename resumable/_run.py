@@ -588,6 +588,12 @@ class Run:
             raise
         except (_format.InvalidObject, ValueError, IndexError) as err:
             reason = getattr(err, "reason", err)
+            if strict and getattr(err, "newer", False):
+                # (read before any checkpoint: the run of a newer version, not damage;
+                # deleting it would lose valid work, review 108)
+                raise ConfigurationError(
+                    f"the {kind} record {self.where(name)} was written by a newer resumable "
+                    f"({reason}): upgrade resumable to resume the run") from None
             if strict:
                 tampered = getattr(err, "tampered", False)
                 cls = CheckpointTamperedError if tampered else CheckpointCorruptError

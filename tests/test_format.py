@@ -441,3 +441,19 @@ def test_a_result_of_a_newer_resumable_says_upgrade_not_delete(tmp_path: Path) -
     with pytest.raises(ConfigurationError) as info:
         evolve(8)
     assert "upgrade" in str(info.value) and "resumable rm" not in str(info.value)
+
+
+def test_a_run_all_written_by_a_newer_resumable_says_upgrade(tmp_path: Path) -> None:
+    """Every object of the run (its identity and attempt records too, as a newer version
+    would write them): the identity record, read first, said "fails verification" with
+    the advice to delete the run (review 108)."""
+    from resumable import ConfigurationError
+
+    evolve, folder, _ = crashed_run(tmp_path)
+    for p in folder.iterdir():
+        _as_newer(p)
+    with pytest.raises(ConfigurationError) as info:
+        evolve(8)
+    text = str(info.value)
+    assert "newer resumable" in text and "upgrade" in text, text
+    assert "resumable rm" not in text, text
