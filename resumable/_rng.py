@@ -188,7 +188,39 @@ def _aliased(path: str, reduced: Any) -> Any:
     if live is None or type(live) is not type(fresh):
         return fresh
     _set(live, _get(fresh))
+    _spawn_up_to(live, _spawned(fresh), path)
     return live
+
+
+def _seed_sequence(obj: Any) -> Any:
+    """The SeedSequence a numpy RNG object spawns its children from (None: another)."""
+    if isinstance(obj, random.Random):
+        return None
+    bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None)
+    seq = getattr(bitgen if bitgen is not None else obj, "_seed_seq", None)
+    return seq if hasattr(seq, "n_children_spawned") and hasattr(seq, "spawn") else None
+
+
+def _spawned(obj: Any) -> int | None:
+    """How many children ``obj.spawn()`` handed out: its SeedSequence's count, which its
+    state does not hold (review 108: a resumed run spawned the same children again)."""
+    seq = _seed_sequence(obj)
+    return None if seq is None else int(seq.n_children_spawned)
+
+
+def _spawn_up_to(obj: Any, count: int | None, path: str) -> None:
+    """Bring ``obj``'s SeedSequence to ``count`` children spawned: the count is read-only,
+    and spawning the difference (and dropping the children) is what raises it."""
+    seq = _seed_sequence(obj)
+    if count is None or seq is None:
+        return
+    missing = count - int(seq.n_children_spawned)
+    if missing > 0:
+        seq.spawn(missing)
+    elif missing < 0:
+        log.warning("the RNG %s has spawned %d children, more than the %d it had when the "
+                    "state was saved; its next children are not those of the run, which may "
+                    "not be bit-identical", path, count - missing, count)
 
 
 def _get(obj: Any) -> Any:
@@ -226,8 +258,15 @@ def capture(targets: Sequence[tuple[str, Any]] = ()) -> RngState:
     if np is not None:
         state["numpy"] = _numpy_state(np)
     if targets:
-        state["objects"] = {path: (_kind(obj), _get(obj)) for path, obj in targets}
+        state["objects"] = {path: _object_state(obj) for path, obj in targets}
     return state
+
+
+def _object_state(obj: Any) -> tuple[Any, ...]:
+    """(kind, state), and the count of spawned children where the RNG has one."""
+    spawned = _spawned(obj)
+    kind = _kind(obj)
+    return (kind, _get(obj)) if spawned is None else (kind, _get(obj), spawned)
 
 
 def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
@@ -275,11 +314,13 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
                             "continues from its current state, so the run may not be "
                             "bit-identical", path, ", ".join(sorted(objects)))
             continue
-        kind, value = objects[path]
+        kind, value, *more = objects[path]  # (more: the spawned count, since review 108)
         try:
             if kind != _kind(obj):
                 raise TypeError(f"saved from a {kind}, now a {_kind(obj)}")
             _set(obj, value)
+            if more:
+                _spawn_up_to(obj, more[0], path)
         except (TypeError, ValueError, KeyError) as err:
             log.warning("could not restore the RNG %s in place (%s); it continues from its "
                         "current state, so the run may not be bit-identical", path, err)

@@ -1606,3 +1606,35 @@ def test_a_fixed_run_started_under_encoding_3_resumes_under_4(tmp_path: Path) ->
     run.write_record("identity", "identity", record)
     stop[0] = 0
     assert job(Cfg(), stop) == 4
+
+
+@pytest.mark.parametrize("where", ["argument", "state too"])
+def test_an_rng_arguments_spawned_children_are_not_handed_out_again(
+        memory_url: str, where: str) -> None:
+    """Generator.spawn() counts its children in the SeedSequence, which the generator's
+    state does not hold: a resumed run spawned the same children again (review 108; with
+    the RNG in the state too, since 496ba36's aliasing). The count is saved and the
+    resumed generator's sequence brought up to it."""
+    def body(rng: Any, crash: list[int], *, state: Any = None) -> Any:
+        if state is None:
+            state = {"i": 0, "draws": []}
+            if where == "state too":
+                state["rng"] = rng
+        while state["i"] < 4:
+            spawner = state["rng"] if where == "state too" else rng
+            child = spawner.spawn(1)[0]
+            state["draws"].append((float(child.random()), float(rng.random())))
+            state["i"] += 1
+            if state["i"] == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["draws"]
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(
+        np.random.default_rng(3), [])
+    assert len({d for d, _ in reference}) == 4
+    f = checkpointed(store=memory_url, ignore=["crash"])(body)
+    with pytest.raises(RuntimeError):
+        f(np.random.default_rng(3), [1])
+    assert f(np.random.default_rng(3), []) == reference
