@@ -258,15 +258,12 @@ def capture(targets: Sequence[tuple[str, Any]] = ()) -> RngState:
     if np is not None:
         state["numpy"] = _numpy_state(np)
     if targets:
-        state["objects"] = {path: _object_state(obj) for path, obj in targets}
+        state["objects"] = {path: (_kind(obj), _get(obj)) for path, obj in targets}
+        # (a key of its own: older versions read "objects" as pairs, and ignore this)
+        spawned = {path: n for path, obj in targets if (n := _spawned(obj)) is not None}
+        if spawned:
+            state["spawned"] = spawned
     return state
-
-
-def _object_state(obj: Any) -> tuple[Any, ...]:
-    """(kind, state), and the count of spawned children where the RNG has one."""
-    spawned = _spawned(obj)
-    kind = _kind(obj)
-    return (kind, _get(obj)) if spawned is None else (kind, _get(obj), spawned)
 
 
 def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
@@ -314,13 +311,12 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
                             "continues from its current state, so the run may not be "
                             "bit-identical", path, ", ".join(sorted(objects)))
             continue
-        kind, value, *more = objects[path]  # (more: the spawned count, since review 108)
+        kind, value = objects[path]
         try:
             if kind != _kind(obj):
                 raise TypeError(f"saved from a {kind}, now a {_kind(obj)}")
             _set(obj, value)
-            if more:
-                _spawn_up_to(obj, more[0], path)
+            _spawn_up_to(obj, (state.get("spawned") or {}).get(path), path)
         except (TypeError, ValueError, KeyError) as err:
             log.warning("could not restore the RNG %s in place (%s); it continues from its "
                         "current state, so the run may not be bit-identical", path, err)
