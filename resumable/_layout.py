@@ -34,6 +34,7 @@ tracks that itself, so they must come back independent copies, as pickle makes t
 from __future__ import annotations
 
 import copyreg
+import io
 import pickle
 import sys
 import threading
@@ -400,6 +401,21 @@ def _pass(obj: Any, base: type, np: Any, plan: dict[int, tuple[Any, int]],
     return pickler.dump(obj, plan, spans, buffers)
 
 
+def _plain_with_rngs(obj: Any, base: type, buffers: list[pickle.PickleBuffer]) -> bytes:
+    """Without numpy, while a run's RNG objects are pickled by path (see _rng.aliasing):
+    pickle's own pickler, with the RNG classes' entry (review 108: random.Random came back
+    a copy in a process that never imported numpy)."""
+    sink = io.BytesIO()
+    pickler: Any = base(sink, protocol=5, buffer_callback=buffers.append)
+    table = getattr(pickler, "dispatch_table", None)
+    pickler.dispatch_table = {
+        **(table if isinstance(table, Mapping) else copyreg.dispatch_table),
+        **{cls: _rng.reduce_rng for cls in _rng.rng_classes()
+           if cls not in copyreg.dispatch_table}}
+    pickler.dump(obj)
+    return sink.getvalue()
+
+
 def dumps(obj: Any, base: type, plain: Callable[..., bytes],
           buffers: list[pickle.PickleBuffer]) -> bytes:
     """``obj`` pickled with its arrays laid out as saved; out-of-band buffers are
@@ -410,6 +426,8 @@ def dumps(obj: Any, base: type, plain: Callable[..., bytes],
     if np is None:
         np = _np = _numpy.loaded()
         if np is None:
+            if _rng.aliasing_active():  # (random.Random held as an argument too)
+                return _plain_with_rngs(obj, base, buffers)
             return plain(obj, protocol=5, buffer_callback=buffers.append)
     pickler = _local.picklers.get(base)
     if pickler is None or pickler.busy or pickler.copyreg != copyreg.dispatch_table:

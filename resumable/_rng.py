@@ -140,14 +140,25 @@ _aliases = _Aliases()
 
 @contextlib.contextmanager
 def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
-    """While pickling or loading a run's state on this thread: the call's RNG objects."""
+    """While pickling or loading a run's state or result on this thread: the call's RNG
+    objects."""
     before = (_aliases.by_id, _aliases.by_path)
-    _aliases.by_id = {id(obj): (path, obj) for path, obj in targets}
-    _aliases.by_path = dict(targets)
+    shared = list(targets)
+    for path, obj in targets:  # (a Generator's bit generator, which state may hold on
+        # its own or under a second Generator: review 108)
+        bitgen = getattr(obj, "bit_generator", None)
+        if bitgen is not None and _kind(obj) == "numpy.Generator":
+            shared.append((f"{path}.bit_generator", bitgen))
+    _aliases.by_id = {id(obj): (path, obj) for path, obj in shared}
+    _aliases.by_path = dict(shared)
     try:
         yield
     finally:
         _aliases.by_id, _aliases.by_path = before
+
+
+def aliasing_active() -> bool:
+    return bool(_aliases.by_id)
 
 
 def reduce_rng(obj: Any) -> Any:

@@ -16,6 +16,7 @@ Every object is in the verified format of ``_format``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -552,7 +553,8 @@ class Run:
         self._check_serializer(RESULT, decoded.header.serializer)
         self.result_epoch = decoded.header.epoch
         try:
-            return True, loads_frames(self.serializer, decoded.frames)
+            with self._aliasing():
+                return True, loads_frames(self.serializer, decoded.frames)
         except Exception as err:
             raise SerializationError(
                 f"the result record {self.where(RESULT)} passed verification but cannot be "
@@ -862,6 +864,10 @@ class Run:
         return Snapshot(step=step, frames=[b"", *frames], rng=rng, created=time.time(),
                         pool=None if in_place else pool, in_place=in_place, size=size)
 
+    def _aliasing(self) -> contextlib.AbstractContextManager[None]:
+        targets = self.rng_targets
+        return _rng.aliasing(targets) if targets else contextlib.nullcontext()
+
     def serialize(self, state: Any, step: int) -> list[Buffer]:
         """The state's pickle stream, then views of its large buffers (see dumps_views)."""
         def what() -> str:
@@ -960,8 +966,9 @@ class Run:
             return
         self.check_fenced()
         self.check_not_deleted((RNG_END,))  # written just before, if RNGs are captured
-        frames = dumps_frames(self.serializer, value, f"the return value of run {self.where()}",
-                              root="result")
+        with self._aliasing():  # (the RNG arguments it holds: as the state's, review 108)
+            frames = dumps_frames(self.serializer, value,
+                                  f"the return value of run {self.where()}", root="result")
         self._put_checked(RESULT, self._encode(RESULT, frames, "result", self.serializer.name),
                           (RNG_END,))
         self.check_not_deleted((RESULT, RNG_END))

@@ -1638,3 +1638,92 @@ def test_an_rng_arguments_spawned_children_are_not_handed_out_again(
     with pytest.raises(RuntimeError):
         f(np.random.default_rng(3), [1])
     assert f(np.random.default_rng(3), []) == reference
+
+
+@pytest.mark.parametrize("case", ["its bit generator", "another Generator on it"])
+def test_state_sharing_an_rng_arguments_bit_generator_stays_shared(
+        memory_url: str, case: str) -> None:
+    """The state holds the Generator argument's bit generator, or a second Generator on
+    it: after a resume it drew from a copy, the same numbers as the argument (review 108).
+    It is the argument's bit generator again."""
+    def body(rng: Any, crash: list[int], *, state: Any = None) -> Any:
+        if state is None:
+            other = (rng.bit_generator if case == "its bit generator"
+                     else np.random.Generator(rng.bit_generator))
+            state = {"i": 0, "other": other, "draws": []}
+        while state["i"] < 4:
+            other = state["other"]
+            mine = other if case == "its bit generator" else other.bit_generator
+            state["draws"].append((int(rng.bit_generator.random_raw()),
+                                   int(mine.random_raw())))
+            state["i"] += 1
+            if state["i"] == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["draws"]
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(
+        np.random.default_rng(1), [])
+    f = checkpointed(store=memory_url, ignore=["crash"])(body)
+    with pytest.raises(RuntimeError):
+        f(np.random.default_rng(1), [1])
+    assert f(np.random.default_rng(1), []) == reference
+
+
+def test_a_stored_result_holding_the_rng_argument_holds_the_argument(memory_url: str) -> None:
+    """A body that returns its state: the call that ran it returns the argument in it; a
+    later call returned a copy from the stored result, beside the argument restored in
+    place, drawing the same numbers (review 108)."""
+    @checkpointed(store=memory_url)
+    def body(rng: Any, *, state: Any = None) -> Any:
+        state = state or {"i": 0, "rng": rng}
+        while state["i"] < 3:
+            rng.random()
+            state["i"] += 1
+            yield state
+        return state
+
+    first = random.Random(1)
+    assert body(first)["rng"] is first
+    again = random.Random(1)
+    stored = body(again)
+    assert stored["rng"] is again and again.getstate() == first.getstate()
+
+
+_NO_NUMPY = """
+import random, sys
+from resumable import checkpointed
+
+@checkpointed(store=sys.argv[1], ignore=["crash"])
+def body(rng, crash, *, state=None):
+    if state is None:
+        state = {"i": 0, "rng": rng, "draws": []}
+    while state["i"] < 4:
+        state["draws"].append((rng.random(), state["rng"].random()))
+        state["i"] += 1
+        if state["i"] == 2 and crash:
+            crash.clear()
+            raise RuntimeError("crash")
+        yield state
+    return state["draws"]
+
+ref = checkpointed(store=sys.argv[1] + "-ref")(body.__wrapped__)(random.Random(1), [])
+try:
+    body(random.Random(1), [1])
+except RuntimeError:
+    pass
+got = body(random.Random(1), [])
+assert "numpy" not in sys.modules, "numpy was imported"
+print("same" if got == ref else f"differ: {got} {ref}")
+"""
+
+
+def test_an_rng_argument_in_the_state_without_numpy(tmp_path: Path) -> None:
+    """In a process that never imported numpy the state is pickled by pickle's own
+    dumps, without the dispatch entries of 496ba36: random.Random came back a copy
+    (review 108)."""
+    out = subprocess.run([sys.executable, "-c", _NO_NUMPY, str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert out.stdout.strip() == "same", out.stdout + out.stderr
