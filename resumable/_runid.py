@@ -340,7 +340,7 @@ class _Encoder:
         out += b")"
         items = []
         for name, value in vars(cls).items():
-            if name in _CLASS_BOOKKEEPING:
+            if name in _CLASS_BOOKKEEPING or (self.encoding >= 4 and name in _ENUM_CACHES):
                 continue
             if isinstance(value, (staticmethod, classmethod)):
                 value = (type(value).__name__, value.__func__)
@@ -468,6 +468,11 @@ _CLASS_BOOKKEEPING = frozenset({
     "__parameters__", "__dataclass_fields__", "__dataclass_params__", "__match_args__",
     "__abstractmethods__", "_abc_impl",
 })
+
+
+# What enum adds to a class as it is used: each Flag combination computed, once made
+# (review 108: a run-time Flag's id changed with the combinations a process had made).
+_ENUM_CACHES = frozenset({"_value2member_map_", "_unhashable_values_", "_inverted_"})
 
 
 class _Attrs(dict[str, Any]):

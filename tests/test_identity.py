@@ -1727,3 +1727,29 @@ def test_an_rng_argument_in_the_state_without_numpy(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert out.stdout.strip() == "same", out.stdout + out.stderr
+
+
+def test_a_run_time_flag_members_id_does_not_change_with_the_combinations_made(
+        memory_url: str) -> None:
+    """enum caches each Flag combination computed in the class's _value2member_map_: the
+    class, encoded by value since encoding 4, took another id once a combination had been
+    made (review 108: a sweep's restarted process skipped the completed call that made it,
+    and the next run started over)."""
+    def make() -> Any:
+        class Perm(enum.Flag):
+            R = 1
+            W = 2
+
+        return Perm
+
+    Perm = make()
+
+    @checkpointed(store=memory_url)
+    def job(p: Any, *, state: Any = None) -> Any:
+        yield 0
+        return 0
+
+    before = job.run_id(Perm.W)
+    assert (Perm.R | Perm.W).value == 3  # (a combination: cached in the class)
+    assert job.run_id(Perm.W) == before
+    assert job.run_id(make().W) == before
