@@ -86,6 +86,7 @@ class _Encoder:
         self.legacy_paths = encoding == 1
         self.paths = 0  # how many paths were encoded
         self.np = _numpy.loaded()  # once per encoding, not per container
+        self._classes: dict[type, bytes] = {}  # a class's encoding, once made (encoding 4)
 
     def encode(self, obj: Any, path: str) -> bytes:
         out = bytearray()
@@ -221,10 +222,17 @@ class _Encoder:
             out += f"rng:{_mod(type(obj).__module__)}.{tag}".encode()
             enc(state, out, f"{path} state", depth)
         elif isinstance(obj, type):
+            known = self._classes.get(obj) if self.encoding >= 4 else None
+            if known is not None:  # (once per class and encoding: each instance of a
+                out += known       # subclass names its class, review 108)
+                return
+            start = len(out)
             if self.encoding >= 3 and _resolve(obj.__module__, obj.__qualname__) is not obj:
                 self._class_by_value(obj, out, path, depth)
             else:
                 out += f"type:{_name(obj)};".encode()
+            if self.encoding >= 4:
+                self._classes[obj] = bytes(out[start:])
         elif isinstance(obj, types.ModuleType):
             out += f"module:{obj.__name__};".encode()
         elif (isinstance(obj, (types.BuiltinFunctionType, types.MethodType))
@@ -277,7 +285,7 @@ class _Encoder:
         if self.encoding < 4 or cls in builtins:
             return
         if _resolve(cls.__module__, cls.__qualname__) is not cls:
-            self._class_by_value(cls, out, f"{path}.__class__", depth)
+            self._class(cls, out, path, depth)
         elif named:
             out += f"cls:{_name(cls)};".encode()
 
@@ -295,18 +303,28 @@ class _Encoder:
         int, float or str subclass: its value, its class, its attributes."""
         if isinstance(obj, enum.Enum):
             out += b"enum4:"
-            self._encode(type(obj), out, f"{path}.__class__", depth)
+            self._class(type(obj), out, path, depth)
             _atom(obj.name, out)
             self._encode(obj.value, out, f"{path}.value", depth)
             return
-        base: Any = next(b for b in _ATOMS if isinstance(obj, b) and b is not bool)
+        base: Any = _atom_base(type(obj))
         out += b"atomsub:"
-        self._encode(type(obj), out, f"{path}.__class__", depth)
+        self._class(type(obj), out, path, depth)
         _atom(base(obj), out)
         extra = getattr(obj, "__dict__", None)
         if isinstance(extra, dict) and extra:
             out += b"attrs"
             self._encode(_Attrs(extra), out, path, depth)
+
+    def _class(self, cls: type, out: bytearray, path: str, depth: int) -> None:
+        """An instance's class, as ``_encode`` writes it, from the cache when it is there
+        (without the walk through the other kinds of value: once per item of a list of
+        str subclass instances, review 108)."""
+        known = self._classes.get(cls)
+        if known is not None:
+            out += known
+        else:
+            self._encode(cls, out, f"{path}.__class__", depth)
 
     def _extra_attrs(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
         """A list, tuple or dict subclass's own attributes (a genome's ``sigma``)."""
@@ -422,6 +440,14 @@ class _Encoder:
             self._encode(list(items), out, f"{path} item", depth)
         if pairs is not None:
             self._encode(dict(pairs), out, path, depth)
+
+
+def _atom_base(cls: type) -> Any:
+    """The built-in type a subclass of an atom (int, float, str...) derives from."""
+    for base in cls.__mro__:
+        if base in _FAST:
+            return base
+    raise TypeError(f"{cls!r} derives from no atom")  # (never: isinstance said it does)
 
 
 def _axis_order(arr: Any) -> str:
