@@ -269,6 +269,17 @@ class Archipelago:
         self._key = _signing_key(None)
         self._real = _Experiment(self.store)
 
+    def __copy__(self) -> Archipelago:
+        """A copy in this process (f.audit copies a call's arguments): its key too, which
+        travels nowhere (pickling refuses it, review 108)."""
+        clone = object.__new__(type(self))
+        vars(clone).update(vars(self))
+        return clone
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Archipelago:
+        # (the same experiment, store and plan: nothing of it is the caller's to change)
+        return self.__copy__()
+
     def plan(self) -> dict[str, Any]:
         """What every island of the experiment must agree on: which generations migrate,
         who receives from whom, how migrants are serialized, and (when given) the last

@@ -256,6 +256,20 @@ def test_an_archipelago_with_signing_key_refuses_to_be_pickled(tmp_path: Path) -
         assert "experiment 'exp'" in message and KEY not in message
 
 
+def test_an_archipelago_with_signing_key_copies_in_process(tmp_path: Path) -> None:
+    """copy.copy and copy.deepcopy (f.audit copies a call's arguments) travel nowhere:
+    they keep the key, where pickling refuses (review 108: PicklingError, and f.audit
+    warned that its runs shared the arguments)."""
+    import copy
+
+    arch = Archipelago(tmp_path, "exp", 1, every=1, signing_key=KEY)
+    for clone in (copy.copy(arch), copy.deepcopy(arch), copy.deepcopy({"a": arch})["a"]):
+        assert clone is not arch and clone._key == arch._key
+        assert clone.plan() == arch.plan()
+    with pytest.raises(pickle.PicklingError):
+        pickle.dumps(arch)
+
+
 _WORKER = r'''
 import pickle, sys
 arch = pickle.loads(sys.stdin.buffer.read())
