@@ -406,12 +406,16 @@ def _plain_with_rngs(obj: Any, base: type, buffers: list[pickle.PickleBuffer]) -
     pickle's own pickler, with the RNG classes' entry (review 108: random.Random came back
     a copy in a process that never imported numpy)."""
     sink = io.BytesIO()
-    pickler: Any = base(sink, protocol=5, buffer_callback=buffers.append)
-    table = getattr(pickler, "dispatch_table", None)
-    pickler.dispatch_table = {
-        **(table if isinstance(table, Mapping) else copyreg.dispatch_table),
-        **{cls: _rng.reduce_rng for cls in _rng.rng_classes()
-           if cls not in copyreg.dispatch_table}}
+    table = getattr(base, "dispatch_table", None)  # (cloudpickle's has its own entries)
+    dispatch = {**(table if isinstance(table, Mapping) else copyreg.dispatch_table),
+                **{cls: _rng.reduce_rng for cls in _rng.rng_classes()
+                   if cls not in copyreg.dispatch_table}}
+    pickler: Any = base.__new__(base)  # type: ignore[call-overload]
+    # (set before __init__ as well, as _Pickler does: the C pickler of a subclass with a
+    # class-level dispatch_table, cloudpickle's, reads it when it is made; review 109)
+    pickler.dispatch_table = dispatch
+    pickler.__init__(sink, protocol=5, buffer_callback=buffers.append)
+    pickler.dispatch_table = dispatch
     pickler.dump(obj)
     return sink.getvalue()
 

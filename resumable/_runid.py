@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath, PureWindowsPath
 from typing import Any, NoReturn
 
-from . import _numpy, _settings
+from . import _numpy, _rng, _settings
 from ._errors import ConfigurationError
 
 MAX_RUN_ID = 200
@@ -221,6 +221,10 @@ class _Encoder:
             # RNGs are identified by their state: seeded alike is the same argument.
             out += f"rng:{_mod(type(obj).__module__)}.{tag}".encode()
             enc(state, out, f"{path} state", depth)
+            if self.encoding >= 4 and (spawned := _rng._spawned(obj)):
+                # (children spawned, which its state does not hold: default_rng(1) after
+                # .spawn(5) hands out others, review 109; 0 leaves the id as it was)
+                out += f"spawned:{spawned};".encode()
         elif isinstance(obj, type):
             known = self._classes.get(obj) if self.encoding >= 4 else None
             if known is not None:  # (once per class and encoding: each instance of a
@@ -232,7 +236,13 @@ class _Encoder:
             else:
                 out += f"type:{_name(obj)};".encode()
             if self.encoding >= 4:
-                self._classes[obj] = bytes(out[start:])
+                made = bytes(out[start:])
+                # Only an encoding without back-references: one with them (a class whose
+                # methods call super(), a run-time enum) spells the depth where the class
+                # was first met, and reusing it elsewhere made the bytes depend on which
+                # occurrence came first: a set's order, so the hash seed (review 109)
+                if b"ref:" not in made:
+                    self._classes[obj] = made
         elif isinstance(obj, types.ModuleType):
             out += f"module:{obj.__name__};".encode()
         elif (isinstance(obj, (types.BuiltinFunctionType, types.MethodType))

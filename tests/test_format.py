@@ -134,10 +134,20 @@ def test_large_buffers_are_hashed_in_parallel_pieces_to_the_same_crc() -> None:
     assert _crc.of(data) == crc32c.crc32c(data)
 
 
+def _newer(blob: bytearray) -> bytearray:
+    """``blob`` as a newer version would write it: another version number, and a digest
+    no version of this library computes (a version field changed alone is a flipped bit:
+    the object verifies with it put back)."""
+    from resumable._format import _DIGEST_AT
+
+    struct.pack_into("<H", blob, 8, 3)
+    blob[_DIGEST_AT] ^= 0xFF
+    return blob
+
+
 def test_a_newer_format_version_fails_clearly() -> None:
     """An object of a version this library does not know says to upgrade."""
-    blob = bytearray(sample())
-    struct.pack_into("<H", blob, 8, 3)
+    blob = _newer(bytearray(sample()))
     with pytest.raises(InvalidObject, match=r"version 3 .*upgrade resumable"):
         decode(blob)
 
@@ -409,9 +419,7 @@ def test_state_changing_type_between_generations(tmp_path: Path) -> None:
 
 
 def _as_newer(path: Path) -> None:
-    blob = bytearray(path.read_bytes())
-    struct.pack_into("<H", blob, 8, 3)  # (the format version field)
-    path.write_bytes(bytes(blob))
+    path.write_bytes(bytes(_newer(bytearray(path.read_bytes()))))
 
 
 def test_checkpoints_of_a_newer_resumable_say_upgrade_not_delete(tmp_path: Path) -> None:
@@ -457,3 +465,18 @@ def test_a_run_all_written_by_a_newer_resumable_says_upgrade(tmp_path: Path) -> 
     text = str(info.value)
     assert "newer resumable" in text and "upgrade" in text, text
     assert "resumable rm" not in text, text
+
+
+def test_a_flipped_bit_in_the_version_field_is_damage_not_a_newer_version() -> None:
+    """Version 2 with one bit flipped reads as 258 ("written by a newer resumable:
+    upgrade", which cannot help); the object verifies with its version put back, so it is
+    damage (review 109)."""
+    blob = bytearray(sample())
+    struct.pack_into("<H", blob, 8, struct.unpack_from("<H", blob, 8)[0] ^ 0x100)
+    with pytest.raises(InvalidObject) as info:
+        decode(blob)
+    assert not info.value.newer and "damaged" in info.value.reason, info.value.reason
+    newer = _newer(bytearray(sample()))  # (no readable version makes it verify)
+    with pytest.raises(InvalidObject) as info:
+        decode(newer)
+    assert info.value.newer

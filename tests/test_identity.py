@@ -1640,22 +1640,22 @@ def test_an_rng_arguments_spawned_children_are_not_handed_out_again(
     assert f(np.random.default_rng(3), []) == reference
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["Generator", "RandomState"])
 @pytest.mark.parametrize("case", ["its bit generator", "another Generator on it"])
 def test_state_sharing_an_rng_arguments_bit_generator_stays_shared(
-        memory_url: str, case: str) -> None:
+        memory_url: str, case: str, legacy: bool) -> None:
     """The state holds the Generator argument's bit generator, or a second Generator on
     it: after a resume it drew from a copy, the same numbers as the argument (review 108).
     It is the argument's bit generator again."""
     def body(rng: Any, crash: list[int], *, state: Any = None) -> Any:
+        bitgen = rng._bit_generator if legacy else rng.bit_generator
         if state is None:
-            other = (rng.bit_generator if case == "its bit generator"
-                     else np.random.Generator(rng.bit_generator))
+            other = (bitgen if case == "its bit generator" else np.random.Generator(bitgen))
             state = {"i": 0, "other": other, "draws": []}
         while state["i"] < 4:
             other = state["other"]
             mine = other if case == "its bit generator" else other.bit_generator
-            state["draws"].append((int(rng.bit_generator.random_raw()),
-                                   int(mine.random_raw())))
+            state["draws"].append((int(bitgen.random_raw()), int(mine.random_raw())))
             state["i"] += 1
             if state["i"] == 2 and crash:
                 crash.clear()
@@ -1663,12 +1663,57 @@ def test_state_sharing_an_rng_arguments_bit_generator_stays_shared(
             yield state
         return state["draws"]
 
-    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(
-        np.random.default_rng(1), [])
+    def make() -> Any:
+        return np.random.RandomState(1) if legacy else np.random.default_rng(1)
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(make(), [])
     f = checkpointed(store=memory_url, ignore=["crash"])(body)
     with pytest.raises(RuntimeError):
-        f(np.random.default_rng(1), [1])
-    assert f(np.random.default_rng(1), []) == reference
+        f(make(), [1])
+    assert f(make(), []) == reference
+
+
+def test_an_ignored_rng_argument_on_another_bit_generator_now_still_resumes(
+        memory_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """ignore=["rng"], the state holding it: a call passing a Generator on another kind of
+    bit generator could not read the checkpoint any more (review 109: the aliasing raised
+    while unpickling); the state keeps its own, with the warning restore() gives."""
+    def body(rng: Any, crash: list[int], *, state: Any = None) -> Any:
+        state = state or {"i": 0, "rng": rng}
+        while state["i"] < 3:
+            state["rng"].random()
+            state["i"] += 1
+            if state["i"] == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["i"]
+
+    f = checkpointed(store=memory_url, ignore=["crash", "rng"])(body)
+    with pytest.raises(RuntimeError):
+        f(np.random.Generator(np.random.PCG64(1)), [1])
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert f(np.random.Generator(np.random.MT19937(1)), []) == 3
+    assert "bit-identical" in caplog.text
+
+
+def test_equal_values_of_run_time_classes_that_call_super_have_one_id() -> None:
+    """A run-time class whose methods call super() refers to itself; encoding 4's class
+    cache reused its first encoding, back-reference depth and all, so equal dicts in
+    another insertion order (or sets in another hash order) had other ids (review 109)."""
+    from resumable._runid import encode_value
+
+    def make() -> Any:
+        class Individual(list):  # type: ignore[type-arg]
+            def __init__(self, genes: list[int]) -> None:
+                super().__init__(genes)
+
+        return Individual
+
+    Ind = make()
+    a = {"best": Ind([1, 2]), "pop": [Ind([1, 2]), Ind([3, 4])]}
+    b = {"pop": [Ind([1, 2]), Ind([3, 4])], "best": Ind([1, 2])}
+    assert encode_value(a, "x") == encode_value(b, "x")
 
 
 def test_a_stored_result_holding_the_rng_argument_holds_the_argument(memory_url: str) -> None:
@@ -1695,7 +1740,7 @@ _NO_NUMPY = """
 import random, sys
 from resumable import checkpointed
 
-@checkpointed(store=sys.argv[1], ignore=["crash"])
+@checkpointed(store=sys.argv[1], ignore=["crash"], serializer=sys.argv[2])
 def body(rng, crash, *, state=None):
     if state is None:
         state = {"i": 0, "rng": rng, "draws": []}
@@ -1708,7 +1753,8 @@ def body(rng, crash, *, state=None):
         yield state
     return state["draws"]
 
-ref = checkpointed(store=sys.argv[1] + "-ref")(body.__wrapped__)(random.Random(1), [])
+ref = checkpointed(store=sys.argv[1] + "-ref", serializer=sys.argv[2])(body.__wrapped__)(
+    random.Random(1), [])
 try:
     body(random.Random(1), [1])
 except RuntimeError:
@@ -1719,11 +1765,13 @@ print("same" if got == ref else f"differ: {got} {ref}")
 """
 
 
-def test_an_rng_argument_in_the_state_without_numpy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("serializer", ["pickle", "cloudpickle"])
+def test_an_rng_argument_in_the_state_without_numpy(tmp_path: Path, serializer: str) -> None:
     """In a process that never imported numpy the state is pickled by pickle's own
     dumps, without the dispatch entries of 496ba36: random.Random came back a copy
-    (review 108)."""
-    out = subprocess.run([sys.executable, "-c", _NO_NUMPY, str(tmp_path / "s")],
+    (review 108); with cloudpickle, whose pickler reads its table when it is made, still
+    a copy after the first fix (review 109)."""
+    out = subprocess.run([sys.executable, "-c", _NO_NUMPY, str(tmp_path / "s"), serializer],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert out.stdout.strip() == "same", out.stdout + out.stderr
@@ -1753,3 +1801,21 @@ def test_a_run_time_flag_members_id_does_not_change_with_the_combinations_made(
     assert (Perm.R | Perm.W).value == 3  # (a combination: cached in the class)
     assert job.run_id(Perm.W) == before
     assert job.run_id(make().W) == before
+
+
+def test_generators_that_spawned_other_counts_are_other_runs(memory_url: str) -> None:
+    """default_rng(1) and default_rng(1) after .spawn(5) hand out other children: one run
+    id gave the second call the first's stored result (review 109). The count is part of
+    a generator's identity when it is not 0 (so unspawned generators keep their ids)."""
+    from resumable._runid import encode_value_as
+
+    @checkpointed(store=memory_url)
+    def body(rng: Any, *, state: Any = None) -> Any:
+        yield 0
+        return 0
+
+    spawned = np.random.default_rng(1)
+    spawned.spawn(5)
+    assert body.run_id(spawned) != body.run_id(np.random.default_rng(1))
+    fresh = np.random.default_rng(1)
+    assert encode_value_as(fresh, "r", 3) == encode_value_as(fresh, "r", 4)
