@@ -50,6 +50,9 @@ class CallIdentity:
     # identifying argument -> its value: to hash it as older versions of the encoding did
     # (a run they recorded under a fixed id resumes), and to derive their run ids
     values: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # ignored argument -> its value: to hash it as the encoding of an older attempt's
+    # record did (review 109)
+    ignored_values: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     older_ids: Callable[[], dict[int, str]] = field(
         default=dict, compare=False, repr=False)
 
@@ -95,7 +98,7 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
         ignored={k: _lenient_hash(k, v) for k, v in ignored.items()},
         ignored_shown={k: _show(v) for k, v in ignored.items()},
         code=code_fingerprint(func),
-        values=identifying, older_ids=older_ids,
+        values=identifying, ignored_values=ignored, older_ids=older_ids,
     )
 
 
@@ -208,6 +211,7 @@ def record_attempt(run: Run, ident: CallIdentity, resumed: Checkpoint | None) ->
         "epoch": run.epoch, "started": time.time(), "function": ident.function,
         "code": ident.code, "ignored": ident.ignored, "shown": ident.ignored_shown,
         "resumed_from_step": resumed.step if resumed is not None else None,
+        "encoding": ENCODING,  # (what hashed "ignored": review 109)
     })
 
 
@@ -225,6 +229,14 @@ def result_applies(run: Run, ident: CallIdentity,
     theirs = wrote.get("ignored") or {}
     if theirs == ident.ignored:
         return True
+    # Hashed by an older encoding (a record without the field is older than it: any of
+    # them, the run's first among them): equal values it hashed otherwise are no change
+    recorded = wrote.get("encoding")
+    older = ([recorded] if isinstance(recorded, int) else list(range(ENCODING - 1, 0, -1)))
+    for encoding in older:
+        if 1 <= encoding < ENCODING and theirs == {
+                n: _lenient_hash(n, v, encoding) for n, v in ident.ignored_values.items()}:
+            return True
     # An ignored argument at None that the run never had (not ignored by the attempt that
     # wrote the result, not in the run's identity): a parameter added since, left at its
     # None. It is what the run was made without, so it is no change. (Only with the

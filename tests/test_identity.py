@@ -1819,3 +1819,47 @@ def test_generators_that_spawned_other_counts_are_other_runs(memory_url: str) ->
     assert body.run_id(spawned) != body.run_id(np.random.default_rng(1))
     fresh = np.random.default_rng(1)
     assert encode_value_as(fresh, "r", 3) == encode_value_as(fresh, "r", 4)
+
+
+class _TagStr(str):
+    pass
+
+
+def test_a_completed_run_of_encoding_3_returns_its_result_for_the_same_ignored_value(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The attempt record's ignored hashes were made by the encoding of the version that
+    wrote it; a value encoding 4 moved (a str subclass) read as a change, and the stored
+    result was not returned (review 109). Records say their encoding now; one without it
+    is compared under the older encodings too."""
+    from resumable._identity import _hash
+    from resumable._run import Run
+    from resumable._runid import encode_value_as
+
+    calls: list[int] = []
+
+    @checkpointed(store=str(tmp_path), ignore=("tag",))
+    def body(n: int, tag: Any, *, state: Any = None) -> Any:
+        state = state or {"i": 0}
+        while state["i"] < n:
+            state["i"] += 1
+            calls.append(state["i"])
+            yield state
+        return ("done", state["i"], str(tag))
+
+    assert body(3, _TagStr("blue")) == ("done", 3, "blue")
+    run = Run(open_store(str(tmp_path)), body.run_id(3, _TagStr("blue")))
+    name = next(k.rsplit("/", 1)[1] for k in run.store.list(f"{run.run_id}/call-"))
+    record = run.read_record(name, "call")
+    assert record is not None
+    # As the code before encoding 4 wrote it: its hash, no encoding field
+    record["ignored"]["tag"] = _hash(encode_value_as(_TagStr("blue"), "tag", 3))
+    record.pop("encoding", None)
+    run.write_record(name, "call", record)
+    identity = run.read_record("identity", "identity")
+    assert identity is not None
+    identity["encoding"] = 3
+    run.write_record("identity", "identity", identity)
+    calls.clear()
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert body(3, _TagStr("blue")) == ("done", 3, "blue")
+    assert calls == [] and "extending" not in caplog.text, caplog.text
