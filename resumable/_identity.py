@@ -229,14 +229,15 @@ def result_applies(run: Run, ident: CallIdentity,
     theirs = wrote.get("ignored") or {}
     if theirs == ident.ignored:
         return True
-    # Hashed by an older encoding (a record without the field is older than it: any of
-    # them, the run's first among them): equal values it hashed otherwise are no change
+    # Hashed by an older encoding, which the record names (review 109): equal values it
+    # hashed otherwise are no change. A record without the field is from before it; its
+    # encoding is not known, and trying each older one would take values they took as
+    # equal (np.float32(0.5) and 0.5) for no change: the run is extended instead, which
+    # is always right (it recomputes the return value from the last checkpoint)
     recorded = wrote.get("encoding")
-    older = ([recorded] if isinstance(recorded, int) else list(range(ENCODING - 1, 0, -1)))
-    for encoding in older:
-        if 1 <= encoding < ENCODING and theirs == {
-                n: _lenient_hash(n, v, encoding) for n, v in ident.ignored_values.items()}:
-            return True
+    if isinstance(recorded, int) and 1 <= recorded < ENCODING and theirs == {
+            n: _lenient_hash(n, v, recorded) for n, v in ident.ignored_values.items()}:
+        return True
     # An ignored argument at None that the run never had (not ignored by the attempt that
     # wrote the result, not in the run's identity): a parameter added since, left at its
     # None. It is what the run was made without, so it is no change. (Only with the
@@ -251,8 +252,11 @@ def result_applies(run: Run, ident: CallIdentity,
     before = wrote.get("shown") or {}
     changes = ", ".join(f"{n}: {before.get(n, '?')} -> {ident.ignored_shown.get(n, '?')}"
                         for n in sorted(ours) if theirs.get(n) != ours[n])
-    log.info("run %s is complete, but with other ignored arguments (%s): extending it from "
-             "its last checkpoint", run.where(), changes)
+    older = "" if isinstance(recorded, int) else (
+        "; or the same, hashed otherwise by the older version of resumable that wrote "
+        "its record")
+    log.info("run %s is complete, but with other ignored arguments (%s%s): extending it "
+             "from its last checkpoint", run.where(), changes, older)
     return False
 
 
