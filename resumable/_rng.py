@@ -230,30 +230,31 @@ def _spawned(obj: Any) -> int | None:
 
 
 def _spawn_up_to(obj: Any, count: int | None, path: str) -> None:
-    """Set ``obj``'s SeedSequence to ``count`` children spawned. The count is read-only,
-    but a bit generator's __setstate__ takes its state with a SeedSequence (numpy's own
-    pickling: a sequence like its own, at that count); where it does not, spawning the
-    difference (and dropping the children) raises it, and nothing lowers it."""
+    """Set ``obj``'s SeedSequence to ``count`` children spawned. The count is read-only.
+    Up: spawning the difference on the sequence itself (and dropping the children), so
+    a program that holds the same sequence (``default_rng(ss)``) and a subclass of it
+    keep theirs (review 110). Down (the same object, at an in-process restart): a bit
+    generator's __setstate__ takes its state with a SeedSequence (numpy's own pickling),
+    a new one of the same class at that count."""
     seq = _seed_sequence(obj)
     if count is None or seq is None or count == int(seq.n_children_spawned):
         return
-    bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None) or obj
-    try:
-        np: Any = _numpy.loaded()
-        again = np.random.SeedSequence(entropy=seq.entropy, spawn_key=seq.spawn_key,
-                                       pool_size=seq.pool_size, n_children_spawned=count)
-        bitgen.__setstate__((bitgen.state, again))
-        if _seed_sequence(obj) is not None and _seed_sequence(obj).n_children_spawned == count:
-            return
-    except Exception:  # (another numpy: by spawning, below)
-        seq = _seed_sequence(obj)
     missing = count - int(seq.n_children_spawned)
     if missing > 0:
         seq.spawn(missing)
-    elif missing < 0:
-        log.warning("the RNG %s has spawned %d children, more than the %d it had when the "
-                    "state was saved; its next children are not those of the run, which may "
-                    "not be bit-identical", path, count - missing, count)
+        return
+    bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None) or obj
+    try:
+        again = type(seq)(entropy=seq.entropy, spawn_key=seq.spawn_key,
+                          pool_size=seq.pool_size, n_children_spawned=count)
+        bitgen.__setstate__((bitgen.state, again))
+        if int(_seed_sequence(obj).n_children_spawned) == count:
+            return
+    except Exception:  # (another numpy, a subclass made otherwise: the warning below)
+        pass
+    log.warning("the RNG %s has spawned %d children, more than the %d it had when the "
+                "state was saved; its next children are not those of the run, which may "
+                "not be bit-identical", path, count - missing, count)
 
 
 def _get(obj: Any) -> Any:

@@ -24,6 +24,7 @@ from . import _numpy, _rng, _settings
 from ._errors import ConfigurationError
 
 MAX_RUN_ID = 200
+_REFS = re.compile(rb"ref:(\d+);")  # a back-reference to the depth where a container began
 _ALLOWED = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@+=-]*$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -86,7 +87,10 @@ class _Encoder:
         self.legacy_paths = encoding == 1
         self.paths = 0  # how many paths were encoded
         self.np = _numpy.loaded()  # once per encoding, not per container
-        self._classes: dict[type, bytes] = {}  # a class's encoding, once made (encoding 4)
+        # a class's encoding at a depth, once made, with the containers it went through
+        # (encoding 4)
+        self._classes: dict[tuple[type, int], tuple[bytes, frozenset[int]]] = {}
+        self._entered: list[int] = []  # ids of the containers encoded, in order
 
     def encode(self, obj: Any, path: str) -> bytes:
         out = bytearray()
@@ -115,6 +119,7 @@ class _Encoder:
             out += f"ref:{self._active[key]};".encode()
             return
         self._active[key] = depth
+        self._entered.append(key)
         try:
             self._compound(obj, out, path, depth + 1)
         finally:
@@ -226,23 +231,24 @@ class _Encoder:
                 # .spawn(5) hands out others, review 109; 0 leaves the id as it was)
                 out += f"spawned:{spawned};".encode()
         elif isinstance(obj, type):
-            known = self._classes.get(obj) if self.encoding >= 4 else None
-            if known is not None:  # (once per class and encoding: each instance of a
-                out += known       # subclass names its class, review 108)
+            known = self._cached(obj, depth) if self.encoding >= 4 else None
+            if known is not None:  # (once per class, depth and encoding: each instance
+                out += known       # of a subclass names its class, review 108)
                 return
-            start = len(out)
+            start, entered = len(out), len(self._entered)
             if self.encoding >= 3 and _resolve(obj.__module__, obj.__qualname__) is not obj:
                 self._class_by_value(obj, out, path, depth)
             else:
                 out += f"type:{_name(obj)};".encode()
             if self.encoding >= 4:
                 made = bytes(out[start:])
-                # Only an encoding without back-references: one with them (a class whose
-                # methods call super(), a run-time enum) spells the depth where the class
-                # was first met, and reusing it elsewhere made the bytes depend on which
-                # occurrence came first: a set's order, so the hash seed (review 109)
-                if b"ref:" not in made:
-                    self._classes[obj] = made
+                # Kept for its depth (the depth limit, and its back-references, spell it),
+                # and only if every back-reference points inside it (the class itself, a
+                # method calling super()): one to an object on the path above depends on
+                # the path, and reusing it made the bytes depend on which occurrence came
+                # first, a set's order, so the hash seed (reviews 109, 110)
+                if all(int(ref) >= depth - 1 for ref in _REFS.findall(made)):
+                    self._classes[(obj, depth)] = (made, frozenset(self._entered[entered:]))
         elif isinstance(obj, types.ModuleType):
             out += f"module:{obj.__name__};".encode()
         elif (isinstance(obj, (types.BuiltinFunctionType, types.MethodType))
@@ -326,11 +332,21 @@ class _Encoder:
             out += b"attrs"
             self._encode(_Attrs(extra), out, path, depth)
 
+    def _cached(self, cls: type, depth: int) -> bytes | None:
+        """The class's encoding made at this depth, unless something it went through is
+        on the path now (then _encode refers back to it there: a class attribute holding
+        an instance of the class, met first through another instance)."""
+        found = self._classes.get((cls, depth))
+        if found is None or not found[1].isdisjoint(self._active):
+            return None
+        return found[0]
+
     def _class(self, cls: type, out: bytearray, path: str, depth: int) -> None:
         """An instance's class, as ``_encode`` writes it, from the cache when it is there
         (without the walk through the other kinds of value: once per item of a list of
         str subclass instances, review 108)."""
-        known = self._classes.get(cls)
+        # (not while the class is being encoded above: _encode refers back to it then)
+        known = None if id(cls) in self._active else self._cached(cls, depth + 1)
         if known is not None:
             out += known
         else:
@@ -367,7 +383,9 @@ class _Encoder:
         self._encode(cls.__bases__, out, f"{path}.__bases__", depth)
         out += b")"
         items = []
-        for name, value in vars(cls).items():
+        # (a copy: reducing an instance of the class, one of its attributes, may add
+        # __slotnames__ to it meanwhile; review 110)
+        for name, value in list(vars(cls).items()):
             if name in _CLASS_BOOKKEEPING or (self.encoding >= 4 and name in _ENUM_CACHES):
                 continue
             if isinstance(value, (staticmethod, classmethod)):

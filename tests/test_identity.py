@@ -1869,3 +1869,86 @@ def test_a_completed_run_of_encoding_3_returns_its_result_for_the_same_ignored_v
         assert body(3, _TagStr("blue")) == ("done", 3, "blue")
     assert "hashed otherwise by the older version" in caplog.text, caplog.text
     assert calls == []
+
+
+def _run_time_classes() -> dict[str, Any]:
+    class Fitness:
+        def __init__(self, v: float) -> None:
+            self.v = v
+
+    Fitness.ZERO = Fitness(0.0)  # type: ignore[attr-defined]  # (an instance of itself)
+
+    class Individual(list):  # type: ignore[type-arg]
+        def __init__(self, genes: list[float]) -> None:
+            super().__init__(genes)
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        rate: float
+
+    class Mode(enum.Enum):
+        FAST = 1
+        SLOW = 2
+
+    return {"Fitness": Fitness, "Individual": Individual, "Config": Config, "Mode": Mode}
+
+
+def test_the_class_cache_gives_the_bytes_of_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Encoding 4 keeps a class's encoding per depth to reuse it (reviews 108-110: 22x the
+    time otherwise); a reused encoding must be the one made there without the cache, or
+    the bytes depend on which occurrence came first (a set's order, the hash seed). Here
+    with a class attribute holding an instance of the class (met first through another
+    instance, then through that one), super(), a frozen dataclass and an enum."""
+    from resumable import _runid
+
+    c = _run_time_classes()
+    F, Ind = c["Fitness"], c["Individual"]
+    values = [
+        {"a": F(1.0), "b": F.ZERO}, {"b": F.ZERO, "a": F(1.0)}, [F.ZERO, F(1.0), F.ZERO],
+        {"pop": [Ind([1.0]), Ind([2.0])], "best": Ind([1.0]), "fit": [F(2.0), F.ZERO]},
+        [c["Config"](0.1), c["Config"](0.2), {"m": c["Mode"].FAST}, c["Mode"].SLOW],
+        [[F(3.0), [F.ZERO, [F(4.0)]]], F.ZERO],
+    ]
+    cached = [_runid.encode_value(v, "x") for v in values]
+    assert cached[0] == cached[1]  # (equal dicts)
+    monkeypatch.setattr(_runid._Encoder, "_cached", lambda self, cls, depth: None)
+    assert [_runid.encode_value(v, "x") for v in values] == cached
+
+
+class _SaltedSequence(np.random.SeedSequence):  # type: ignore[misc]
+    """A SeedSequence subclass with its own entropy mixing."""
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
+        return super().generate_state(n_words, dtype) ^ np.asarray(0x5A5A, dtype=dtype)
+
+
+@pytest.mark.parametrize("case", ["sequence held by the program too", "sequence subclass"])
+def test_setting_the_spawned_count_keeps_the_programs_sequence(
+        memory_url: str, case: str) -> None:
+    """The count set on resume must go on the sequence the generator has: replacing it
+    detached a SeedSequence the program also holds (``default_rng(ss)``, both passed in),
+    which then handed out children the run had used, and turned a subclass into a plain
+    SeedSequence, whose children differ (review 110 of cf22a61)."""
+    def make() -> tuple[Any, Any]:
+        ss = (np.random.SeedSequence(3) if case.startswith("sequence held")
+              else _SaltedSequence(3))
+        return np.random.default_rng(ss), ss
+
+    def body(rng: Any, ss: Any, crash: list[int], *, state: Any = None) -> Any:
+        state = state or {"i": 0, "draws": []}
+        while state["i"] < 4:
+            child = rng.spawn(1)[0]
+            state["draws"].append((float(child.random()), ss.spawn(1)[0].spawn_key))
+            state["i"] += 1
+            if state["i"] == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["draws"], ss.spawn(1)[0].spawn_key
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash", "ss"])(body)(
+        *make(), [])
+    f = checkpointed(store=memory_url, ignore=["crash", "ss"])(body)
+    with pytest.raises(RuntimeError):
+        f(*make(), [1])
+    assert f(*make(), []) == reference
