@@ -480,3 +480,24 @@ def test_a_flipped_bit_in_the_version_field_is_damage_not_a_newer_version() -> N
     with pytest.raises(InvalidObject) as info:
         decode(newer)
     assert info.value.newer
+
+
+def test_a_version_field_flipped_to_0_or_read_by_the_cli_is_damage(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review 110: `resumable verify` read the header before the flip check (still
+    "newer: upgrade"), and a flip to 0 said "newer" too."""
+    from resumable.cli import main
+
+    blob = bytearray(sample())
+    struct.pack_into("<H", blob, 8, 0)
+    with pytest.raises(InvalidObject) as info:
+        decode(blob)
+    assert not info.value.newer and "no resumable writes" in info.value.reason
+    evolve, folder, ckpts = crashed_run(tmp_path)
+    data = bytearray(ckpts[-1].read_bytes())
+    struct.pack_into("<H", data, 8, struct.unpack_from("<H", data, 8)[0] ^ 0x100)
+    ckpts[-1].write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path), folder.name]) == 65
+    out = capsys.readouterr().out
+    assert "a flipped bit" in out and "upgrade" not in out, out
