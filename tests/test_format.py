@@ -493,7 +493,7 @@ def test_a_version_field_flipped_to_0_or_read_by_the_cli_is_damage(
     with pytest.raises(InvalidObject) as info:
         decode(blob)
     assert not info.value.newer and "no resumable writes" in info.value.reason
-    evolve, folder, ckpts = crashed_run(tmp_path)
+    _, folder, ckpts = crashed_run(tmp_path)
     data = bytearray(ckpts[-1].read_bytes())
     struct.pack_into("<H", data, 8, struct.unpack_from("<H", data, 8)[0] ^ 0x100)
     ckpts[-1].write_bytes(bytes(data))
