@@ -273,6 +273,12 @@ def _set(obj: Any, state: Any) -> None:
     elif _kind(obj) == "numpy.Generator":
         obj.bit_generator.state = state
     elif _kind(obj) == "numpy.RandomState":
+        # (set_state writes the cached normal before it refuses another bit generator's
+        # state: refused first, so that a refusal leaves the RNG as it was, review 110)
+        saved = state.get("bit_generator") if isinstance(state, dict) else None
+        ours = obj._bit_generator.state.get("bit_generator")
+        if saved is not None and saved != ours:
+            raise ValueError(f"state must be for a {ours} PRNG, not {saved}")
         obj.set_state(state)
     else:
         obj.state = state

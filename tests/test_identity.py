@@ -1952,3 +1952,29 @@ def test_setting_the_spawned_count_keeps_the_programs_sequence(
     with pytest.raises(RuntimeError):
         f(*make(), [1])
     assert f(*make(), []) == reference
+
+
+def test_a_refused_randomstate_restore_leaves_its_cached_normal(memory_url: str) -> None:
+    """ignore=["rng"], a RandomState on another bit generator now: the restore is refused
+    and the RNG "continues from its current state", but numpy's set_state had written
+    the saved cached normal first (review 110)."""
+    def body(rng: Any, crash: list[int], *, state: Any = None) -> Any:
+        state = state or {"i": 0, "draws": []}
+        while state["i"] < 3:
+            state["draws"].append(float(rng.standard_normal()))
+            state["i"] += 1
+            if state["i"] == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["draws"]
+
+    f = checkpointed(store=memory_url, ignore=["rng", "crash"])(body)
+    with pytest.raises(RuntimeError):
+        f(np.random.RandomState(np.random.PCG64(1)), [1])
+    rs = np.random.RandomState(np.random.MT19937(2))
+    rs.standard_normal()
+    twin = np.random.RandomState(np.random.MT19937(2))
+    twin.standard_normal()
+    draws = f(rs, [])  # (resumed from the checkpoint of the first draw: two draws more)
+    assert draws[1:] == [float(twin.standard_normal()) for _ in range(2)]
