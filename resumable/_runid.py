@@ -339,6 +339,9 @@ class _Encoder:
         found = self._classes.get((cls, depth))
         if found is None or not found[1].isdisjoint(self._active):
             return None
+        # (what it went through, as if encoded here: a class whose encoding reuses this
+        # one went through it too)
+        self._entered.extend(found[1])
         return found[0]
 
     def _class(self, cls: type, out: bytearray, path: str, depth: int) -> None:
