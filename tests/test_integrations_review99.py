@@ -619,7 +619,7 @@ def test_pymoo_ignored_problem_with_a_pool_runner_runs_and_resumes(
     import multiprocessing
 
     from pymoo.algorithms.soo.nonconvex.ga import GA
-    from pymoo.core.problem import StarmapParallelization
+    from pymoo.parallelization import StarmapParallelization
 
     from resumable.integrations import pymoo as resumable_pymoo
     from tests.pymoo_problems import Sphere
