@@ -283,10 +283,12 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
                     raise InvalidObject(
                         f"damaged: its format version field reads {version}, but the "
                         f"object verifies as version {readable_version} (a flipped bit)")
+        whole = view.nbytes == n
         raise InvalidObject(
             f"unsupported format version {version} (this library reads versions "
             f"{readable}); it was written by a newer resumable: upgrade resumable to "
-            "read it", newer=True)
+            "read it" + ("" if whole else " (or it is damaged: a header alone cannot "
+                         "tell; `resumable verify` reads the whole object)"), newer=True)
     if flags & ~FLAG_SIGNED:
         raise InvalidObject(f"unknown flags {flags:#x}")
     if not _FIXED.size + 7 <= header_len <= min(n, MAX_HEADER):

@@ -133,6 +133,7 @@ class _Aliases(threading.local):
     def __init__(self) -> None:
         self.by_id: dict[int, tuple[str, Any]] | None = None  # id -> (path, object)
         self.by_path: dict[str, Any] = {}
+        self.sequences: dict[int, Any] = {}  # see _spawn_up_to
 
 
 _aliases = _Aliases()
@@ -142,7 +143,8 @@ _aliases = _Aliases()
 def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
     """While pickling or loading a run's state or result on this thread: the call's RNG
     objects."""
-    before = (_aliases.by_id, _aliases.by_path)
+    before = (_aliases.by_id, _aliases.by_path, _aliases.sequences)
+    _aliases.sequences = {}
     shared = list(targets)
     for path, obj in targets:  # (a Generator's or RandomState's bit generator, which
         # the state may hold on its own or under a second Generator: reviews 108, 109)
@@ -156,7 +158,7 @@ def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
     try:
         yield
     finally:
-        _aliases.by_id, _aliases.by_path = before
+        _aliases.by_id, _aliases.by_path, _aliases.sequences = before
 
 
 def aliasing_active() -> bool:
@@ -209,7 +211,7 @@ def _aliased(path: str, reduced: Any) -> Any:
                     "as a copy of its own, so the run may not be bit-identical", path, path,
                     err)
         return fresh
-    _spawn_up_to(live, _spawned(fresh), path)
+    _spawn_up_to(live, _spawned(fresh), path, _aliases.sequences)
     return live
 
 
@@ -229,13 +231,18 @@ def _spawned(obj: Any) -> int | None:
     return None if seq is None else int(seq.n_children_spawned)
 
 
-def _spawn_up_to(obj: Any, count: int | None, path: str) -> None:
+def _spawn_up_to(obj: Any, count: int | None, path: str,
+                 replaced: dict[int, Any] | None = None) -> None:
     """Set ``obj``'s SeedSequence to ``count`` children spawned. The count is read-only.
-    Up: spawning the difference on the sequence itself (and dropping the children), so
-    a program that holds the same sequence (``default_rng(ss)``) and a subclass of it
-    keep theirs (review 110). Down (the same object, at an in-process restart): a bit
-    generator's __setstate__ takes its state with a SeedSequence (numpy's own pickling),
-    a new one of the same class at that count."""
+    Up (a resume in a new process): spawning the difference on the sequence itself (and
+    dropping the children), so a program that holds the same sequence
+    (``default_rng(ss)``) and a subclass keep theirs (review 110). Down (the same object
+    at an in-process restart, which goes back to the checkpoint): nothing lowers it, so
+    the bit generator gets a copy of its sequence at that count (numpy's own pickling:
+    __setstate__ takes the state with a sequence), made from the sequence's reduction
+    (a subclass keeps its class and attributes), one copy per sequence among the RNGs
+    restored together (``replaced``: two generators on one sequence still share it;
+    review 111). A program holding the old sequence itself keeps its count: warned."""
     seq = _seed_sequence(obj)
     if count is None or seq is None or count == int(seq.n_children_spawned):
         return
@@ -244,17 +251,41 @@ def _spawn_up_to(obj: Any, count: int | None, path: str) -> None:
         seq.spawn(missing)
         return
     bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None) or obj
+    replaced = {} if replaced is None else replaced
     try:
-        again = type(seq)(entropy=seq.entropy, spawn_key=seq.spawn_key,
-                          pool_size=seq.pool_size, n_children_spawned=count)
+        again = replaced.get(id(seq))
+        if again is None:
+            again = _sequence_at(seq, count)
+            replaced[id(seq)] = again
+            log.warning(
+                "the RNG %s spawned children since its checkpoint; at this restart its "
+                "SeedSequence is a copy at the checkpoint's count (%d): anything else "
+                "that holds the old sequence and spawns from it keeps its own count",
+                path, count)
         bitgen.__setstate__((bitgen.state, again))
         if int(_seed_sequence(obj).n_children_spawned) == count:
             return
-    except Exception:  # (another numpy, a subclass made otherwise: the warning below)
+    except Exception:  # (another numpy, a subclass that cannot be rebuilt so)
         pass
     log.warning("the RNG %s has spawned %d children, more than the %d it had when the "
                 "state was saved; its next children are not those of the run, which may "
                 "not be bit-identical", path, count - missing, count)
+
+
+def _sequence_at(seq: Any, count: int) -> Any:
+    """A copy of the SeedSequence ``seq`` at ``count`` children spawned: of its class,
+    made by numpy's SeedSequence.__init__ (not a subclass's, which may take other
+    arguments), with a subclass's attributes."""
+    np: Any = _numpy.loaded()
+    base = np.random.SeedSequence
+    kind: Any = type(seq)
+    copy = kind.__new__(kind)
+    base.__init__(copy, entropy=seq.entropy, spawn_key=seq.spawn_key,
+                  pool_size=seq.pool_size, n_children_spawned=count)
+    attributes = getattr(seq, "__dict__", None)
+    if attributes:
+        vars(copy).update(attributes)
+    return copy
 
 
 def _get(obj: Any) -> Any:
@@ -342,6 +373,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     if random_saved is not None:
         random.setstate(random_saved)
     objects = state.get("objects") or {}
+    replaced: dict[int, Any] = {}  # (one copy per SeedSequence: see _spawn_up_to)
     for path, obj in targets:
         if path not in objects:
             # Not there when the state was saved: older code saved none (left as it is,
@@ -356,7 +388,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
             if kind != _kind(obj):
                 raise TypeError(f"saved from a {kind}, now a {_kind(obj)}")
             _set(obj, value)
-            _spawn_up_to(obj, (state.get("spawned") or {}).get(path), path)
+            _spawn_up_to(obj, (state.get("spawned") or {}).get(path), path, replaced)
         except (TypeError, ValueError, KeyError) as err:
             log.warning("could not restore the RNG %s in place (%s); it continues from its "
                         "current state, so the run may not be bit-identical", path, err)

@@ -1978,3 +1978,50 @@ def test_a_refused_randomstate_restore_leaves_its_cached_normal(memory_url: str)
     twin.standard_normal()
     draws = f(rs, [])  # (resumed from the checkpoint of the first draw: two draws more)
     assert draws[1:] == [float(twin.standard_normal()) for _ in range(2)]
+
+
+class _SaltSequence(np.random.SeedSequence):  # type: ignore[misc]
+    """A SeedSequence subclass with an attribute of its own, which its children get."""
+
+    def __init__(self, entropy: Any = None, *, spawn_key: Any = (), pool_size: int = 4,
+                 n_children_spawned: int = 0, salt: int = 0) -> None:
+        super().__init__(entropy, spawn_key=spawn_key, pool_size=pool_size,
+                         n_children_spawned=n_children_spawned)
+        self.salt = salt
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
+        return super().generate_state(n_words, dtype) ^ np.asarray(self.salt, dtype=dtype)
+
+    def spawn(self, n: int) -> list[Any]:
+        return [_SaltSequence(k.entropy, spawn_key=k.spawn_key, pool_size=k.pool_size,
+                              salt=self.salt) for k in super().spawn(n)]
+
+
+@pytest.mark.parametrize("case", ["two generators on one sequence", "sequence subclass"])
+def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_sequences(
+        memory_url: str, case: str) -> None:
+    """restarts=: the generators spawned past the checkpoint, and the count goes back.
+    Each got a new plain SeedSequence of its own: two generators on one sequence then
+    handed out the same children, and a subclass lost its attributes (review 111)."""
+    def make() -> tuple[Any, Any]:
+        if case == "sequence subclass":
+            seq = _SaltSequence(3, salt=0x5A5A)
+            return np.random.default_rng(seq), np.random.default_rng(7)
+        seq = np.random.SeedSequence(3)
+        return np.random.default_rng(seq), np.random.default_rng(seq)
+
+    def body(a: Any, b: Any, crash: list[int], *, state: Any = None) -> Any:
+        state = state or {"i": 0, "draws": []}
+        while state["i"] < 3:
+            state["draws"].append((float(a.spawn(1)[0].random()),
+                                   float(b.spawn(1)[0].random())))
+            state["i"] += 1
+            if state["i"] == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state["draws"]
+
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(*make(), [])
+    restarted = checkpointed(store=memory_url, ignore=["crash"], restarts=1)(body)
+    assert restarted(*make(), [1]) == reference
