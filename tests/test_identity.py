@@ -1297,6 +1297,24 @@ def test_a_script_run_in_a_spawned_pool_has_the_scripts_run_id(
     assert lines["resumed"] == "2"
 
 
+def _resumed_as_uninterrupted(memory_url: str, body: Any, make: Any, *,
+                              ignore: tuple[str, ...] = ("crash",), how: str = "resume") -> Any:
+    """``body(*make(), crash)`` run through, then in another store with ``crash=[1]`` (its
+    body raises once, midway) and again (``how="resume"``: a later call, with arguments
+    made anew as a restarted process makes them) or ``restarts=1`` (``"restart"``: in
+    the same call); the second store's result must be the first's. Returns it."""
+    reference = checkpointed(store=f"{memory_url}-ref", ignore=list(ignore))(body)(*make(), [])
+    if how == "restart":
+        restarted = checkpointed(store=memory_url, ignore=list(ignore), restarts=1)(body)
+        assert restarted(*make(), [1]) == reference
+        return reference
+    f = checkpointed(store=memory_url, ignore=list(ignore))(body)
+    with pytest.raises(RuntimeError):
+        f(*make(), [1])
+    assert f(*make(), []) == reference
+    return reference
+
+
 class _Stream:
     """A dict key whose repr names its address: another in each call, and process."""
 
@@ -1524,16 +1542,8 @@ def test_an_rng_argument_also_in_the_state_stays_one_generator(
             yield state
         return state["draws"]
 
-    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(make(), [])
+    reference = _resumed_as_uninterrupted(memory_url, body, lambda: (make(),), how=how)
     assert all(same for _, _, same in reference)
-    if how == "resume":
-        f = checkpointed(store=memory_url, ignore=["crash"])(body)
-        with pytest.raises(RuntimeError):
-            f(make(), [1])
-        assert f(make(), []) == reference
-    else:
-        f = checkpointed(store=memory_url, ignore=["crash"], restarts=1)(body)
-        assert f(make(), [1]) == reference
 
 
 @settings(max_examples=300, deadline=None)
@@ -1631,13 +1641,9 @@ def test_an_rng_arguments_spawned_children_are_not_handed_out_again(
             yield state
         return state["draws"]
 
-    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(
-        np.random.default_rng(3), [])
+    reference = _resumed_as_uninterrupted(memory_url, body,
+                                          lambda: (np.random.default_rng(3),))
     assert len({d for d, _ in reference}) == 4
-    f = checkpointed(store=memory_url, ignore=["crash"])(body)
-    with pytest.raises(RuntimeError):
-        f(np.random.default_rng(3), [1])
-    assert f(np.random.default_rng(3), []) == reference
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["Generator", "RandomState"])
@@ -1666,11 +1672,7 @@ def test_state_sharing_an_rng_arguments_bit_generator_stays_shared(
     def make() -> Any:
         return np.random.RandomState(1) if legacy else np.random.default_rng(1)
 
-    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(make(), [])
-    f = checkpointed(store=memory_url, ignore=["crash"])(body)
-    with pytest.raises(RuntimeError):
-        f(make(), [1])
-    assert f(make(), []) == reference
+    _resumed_as_uninterrupted(memory_url, body, lambda: (make(),))
 
 
 def test_an_ignored_rng_argument_on_another_bit_generator_now_still_resumes(
@@ -1946,12 +1948,7 @@ def test_setting_the_spawned_count_keeps_the_programs_sequence(
             yield state
         return state["draws"], ss.spawn(1)[0].spawn_key
 
-    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash", "ss"])(body)(
-        *make(), [])
-    f = checkpointed(store=memory_url, ignore=["crash", "ss"])(body)
-    with pytest.raises(RuntimeError):
-        f(*make(), [1])
-    assert f(*make(), []) == reference
+    _resumed_as_uninterrupted(memory_url, body, make, ignore=("crash", "ss"))
 
 
 def test_a_refused_randomstate_restore_leaves_its_cached_normal(memory_url: str) -> None:
@@ -2022,6 +2019,4 @@ def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_seque
             yield state
         return state["draws"]
 
-    reference = checkpointed(store=f"{memory_url}-ref", ignore=["crash"])(body)(*make(), [])
-    restarted = checkpointed(store=memory_url, ignore=["crash"], restarts=1)(body)
-    assert restarted(*make(), [1]) == reference
+    _resumed_as_uninterrupted(memory_url, body, make, how="restart")
