@@ -133,7 +133,10 @@ class _Aliases(threading.local):
     def __init__(self) -> None:
         self.by_id: dict[int, tuple[str, Any]] | None = None  # id -> (path, object)
         self.by_path: dict[str, Any] = {}
-        self.sequences: dict[int, Any] = {}  # see _spawn_up_to
+        # Copies of SeedSequences made to set a count back (see _spawn_up_to), by the id
+        # of the sequence copied (kept, so the id stays its): from the state's load to the
+        # restore of the RNG objects that follows it, on this thread (review 112)
+        self.sequences: dict[int, tuple[Any, Any]] = {}
 
 
 _aliases = _Aliases()
@@ -143,8 +146,8 @@ _aliases = _Aliases()
 def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
     """While pickling or loading a run's state or result on this thread: the call's RNG
     objects."""
-    before = (_aliases.by_id, _aliases.by_path, _aliases.sequences)
-    _aliases.sequences = {}
+    before = (_aliases.by_id, _aliases.by_path)
+    _aliases.sequences = {}  # (a new load: the copies of the last one are done with)
     shared = list(targets)
     for path, obj in targets:  # (a Generator's or RandomState's bit generator, which
         # the state may hold on its own or under a second Generator: reviews 108, 109)
@@ -158,7 +161,7 @@ def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
     try:
         yield
     finally:
-        _aliases.by_id, _aliases.by_path, _aliases.sequences = before
+        _aliases.by_id, _aliases.by_path = before
 
 
 def aliasing_active() -> bool:
@@ -211,7 +214,7 @@ def _aliased(path: str, reduced: Any) -> Any:
                     "as a copy of its own, so the run may not be bit-identical", path, path,
                     err)
         return fresh
-    _spawn_up_to(live, _spawned(fresh), path, _aliases.sequences)
+    _spawn_up_to(live, _spawned(fresh), path)
     return live
 
 
@@ -231,8 +234,7 @@ def _spawned(obj: Any) -> int | None:
     return None if seq is None else int(seq.n_children_spawned)
 
 
-def _spawn_up_to(obj: Any, count: int | None, path: str,
-                 replaced: dict[int, Any] | None = None) -> None:
+def _spawn_up_to(obj: Any, count: int | None, path: str) -> None:
     """Set ``obj``'s SeedSequence to ``count`` children spawned. The count is read-only.
     Up (a resume in a new process): spawning the difference on the sequence itself (and
     dropping the children), so a program that holds the same sequence
@@ -241,8 +243,9 @@ def _spawn_up_to(obj: Any, count: int | None, path: str,
     the bit generator gets a copy of its sequence at that count (numpy's own pickling:
     __setstate__ takes the state with a sequence), made from the sequence's reduction
     (a subclass keeps its class and attributes), one copy per sequence among the RNGs
-    restored together (``replaced``: two generators on one sequence still share it;
-    review 111). A program holding the old sequence itself keeps its count: warned."""
+    of the state's load and the restore that follows it (two generators on one sequence
+    still share it; reviews 111, 112). A program holding the old sequence itself keeps
+    its count: warned."""
     seq = _seed_sequence(obj)
     if count is None or seq is None or count == int(seq.n_children_spawned):
         return
@@ -251,17 +254,19 @@ def _spawn_up_to(obj: Any, count: int | None, path: str,
         seq.spawn(missing)
         return
     bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None) or obj
-    replaced = {} if replaced is None else replaced
+    replaced = _aliases.sequences
     try:
-        again = replaced.get(id(seq))
-        if again is None:
+        made = replaced.get(id(seq))
+        if made is not None and made[0] is seq and int(made[1].n_children_spawned) == count:
+            again = made[1]
+        else:
             again = _sequence_at(seq, count)
-            replaced[id(seq)] = again
+            replaced[id(seq)] = (seq, again)
             log.warning(
-                "the RNG %s spawned children since its checkpoint; at this restart its "
-                "SeedSequence is a copy at the checkpoint's count (%d): anything else "
-                "that holds the old sequence and spawns from it keeps its own count",
-                path, count)
+                "the RNG %s spawned children since the checkpoint it is set back to (an "
+                "in-process restart, or a completed run called again): its SeedSequence "
+                "is now a copy at the checkpoint's count (%d); anything else that holds "
+                "the old sequence and spawns from it keeps its own count", path, count)
         bitgen.__setstate__((bitgen.state, again))
         if int(_seed_sequence(obj).n_children_spawned) == count:
             return
@@ -282,9 +287,8 @@ def _sequence_at(seq: Any, count: int) -> Any:
     copy = kind.__new__(kind)
     base.__init__(copy, entropy=seq.entropy, spawn_key=seq.spawn_key,
                   pool_size=seq.pool_size, n_children_spawned=count)
-    attributes = getattr(seq, "__dict__", None)
-    if attributes:
-        vars(copy).update(attributes)
+    for name, value in _attributes(seq):  # (its __dict__ and __slots__: review 112)
+        setattr(copy, name, value)
     return copy
 
 
@@ -373,7 +377,6 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     if random_saved is not None:
         random.setstate(random_saved)
     objects = state.get("objects") or {}
-    replaced: dict[int, Any] = {}  # (one copy per SeedSequence: see _spawn_up_to)
     for path, obj in targets:
         if path not in objects:
             # Not there when the state was saved: older code saved none (left as it is,
@@ -388,7 +391,7 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
             if kind != _kind(obj):
                 raise TypeError(f"saved from a {kind}, now a {_kind(obj)}")
             _set(obj, value)
-            _spawn_up_to(obj, (state.get("spawned") or {}).get(path), path, replaced)
+            _spawn_up_to(obj, (state.get("spawned") or {}).get(path), path)
         except (TypeError, ValueError, KeyError) as err:
             log.warning("could not restore the RNG %s in place (%s); it continues from its "
                         "current state, so the run may not be bit-identical", path, err)

@@ -1994,20 +1994,47 @@ class _SaltSequence(np.random.SeedSequence):  # type: ignore[misc]
                               salt=self.salt) for k in super().spawn(n)]
 
 
-@pytest.mark.parametrize("case", ["two generators on one sequence", "sequence subclass"])
+class _SlotSequence(np.random.SeedSequence):  # type: ignore[misc]
+    """A SeedSequence subclass keeping its attribute in a slot."""
+
+    __slots__ = ("salt",)
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
+        return super().generate_state(n_words, dtype) ^ np.asarray(self.salt, dtype=dtype)
+
+    def spawn(self, n: int) -> list[Any]:
+        kids = []
+        for k in super().spawn(n):
+            kid = _SlotSequence(k.entropy, spawn_key=k.spawn_key, pool_size=k.pool_size)
+            kid.salt = self.salt
+            kids.append(kid)
+        return kids
+
+
+@pytest.mark.parametrize("case", ["two generators on one sequence", "sequence subclass",
+                                  "sequence subclass with slots",
+                                  "two generators on one sequence, the state holding one"])
 def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_sequences(
         memory_url: str, case: str) -> None:
     """restarts=: the generators spawned past the checkpoint, and the count goes back.
     Each got a new plain SeedSequence of its own: two generators on one sequence then
-    handed out the same children, and a subclass lost its attributes (review 111)."""
+    handed out the same children, and a subclass lost its attributes (review 111); with
+    the state holding one of the two, the load and the restore made a copy each, and a
+    subclass's slots were left out (review 112)."""
     def make() -> tuple[Any, Any]:
         if case == "sequence subclass":
             seq = _SaltSequence(3, salt=0x5A5A)
             return np.random.default_rng(seq), np.random.default_rng(7)
+        if case == "sequence subclass with slots":
+            slotted = _SlotSequence(3)
+            slotted.salt = 0x5A5A
+            return np.random.default_rng(slotted), np.random.default_rng(7)
         seq = np.random.SeedSequence(3)
         return np.random.default_rng(seq), np.random.default_rng(seq)
 
     def body(a: Any, b: Any, crash: list[int], *, state: Any = None) -> Any:
+        if state is None and case.endswith("holding one"):
+            state = {"i": 0, "draws": [], "a": a}
         state = state or {"i": 0, "draws": []}
         while state["i"] < 3:
             state["draws"].append((float(a.spawn(1)[0].random()),
