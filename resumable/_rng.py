@@ -79,6 +79,9 @@ def _attributes(obj: Any) -> list[tuple[str, Any]]:
         slots = cls.__dict__.get("__slots__", ())
         for name in (slots,) if isinstance(slots, str) else slots:
             if name not in ("__dict__", "__weakref__"):
+                if name.startswith("__") and not name.endswith("__"):
+                    # (a private slot is stored under its mangled name: review 113)
+                    name = f"_{cls.__name__.lstrip('_')}{name}"
                 try:
                     found.append((name, getattr(obj, name)))
                 except AttributeError:  # an unset slot
@@ -288,7 +291,8 @@ def _sequence_at(seq: Any, count: int) -> Any:
     base.__init__(copy, entropy=seq.entropy, spawn_key=seq.spawn_key,
                   pool_size=seq.pool_size, n_children_spawned=count)
     for name, value in _attributes(seq):  # (its __dict__ and __slots__: review 112)
-        setattr(copy, name, value)
+        object.__setattr__(copy, name, value)  # (not a subclass's own __setattr__, which
+        # may refuse: a frozen one, review 113)
     return copy
 
 

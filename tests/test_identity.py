@@ -2011,8 +2011,45 @@ class _SlotSequence(np.random.SeedSequence):  # type: ignore[misc]
         return kids
 
 
+class _PrivateSlotSequence(np.random.SeedSequence):  # type: ignore[misc]
+    """A SeedSequence subclass with a private slot (stored as _PrivateSlotSequence__salt)."""
+
+    __slots__ = ("__salt",)
+
+    def __init__(self, entropy: Any = None, *, salt: int = 0, **kwargs: Any) -> None:
+        super().__init__(entropy, **kwargs)
+        self.__salt = salt
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
+        return super().generate_state(n_words, dtype) ^ np.asarray(self.__salt, dtype=dtype)
+
+    def spawn(self, n: int) -> list[Any]:
+        return [_PrivateSlotSequence(k.entropy, spawn_key=k.spawn_key, salt=self.__salt)
+                for k in super().spawn(n)]
+
+
+class _FrozenSequence(np.random.SeedSequence):  # type: ignore[misc]
+    """A SeedSequence subclass whose __setattr__ refuses (attributes set in __init__)."""
+
+    def __init__(self, entropy: Any = None, *, salt: int = 0, **kwargs: Any) -> None:
+        super().__init__(entropy, **kwargs)
+        object.__setattr__(self, "salt", salt)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
+        return super().generate_state(n_words, dtype) ^ np.asarray(self.salt, dtype=dtype)
+
+    def spawn(self, n: int) -> list[Any]:
+        return [_FrozenSequence(k.entropy, spawn_key=k.spawn_key, salt=self.salt)
+                for k in super().spawn(n)]
+
+
 @pytest.mark.parametrize("case", ["two generators on one sequence", "sequence subclass",
                                   "sequence subclass with slots",
+                                  "sequence subclass with a private slot",
+                                  "frozen sequence subclass",
                                   "two generators on one sequence, the state holding one"])
 def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_sequences(
         memory_url: str, case: str) -> None:
@@ -2020,7 +2057,8 @@ def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_seque
     Each got a new plain SeedSequence of its own: two generators on one sequence then
     handed out the same children, and a subclass lost its attributes (review 111); with
     the state holding one of the two, the load and the restore made a copy each, and a
-    subclass's slots were left out (review 112)."""
+    subclass's slots were left out (review 112); a private slot still was, and a frozen
+    subclass refused the copy's attributes (review 113)."""
     def make() -> tuple[Any, Any]:
         if case == "sequence subclass":
             seq = _SaltSequence(3, salt=0x5A5A)
@@ -2029,6 +2067,12 @@ def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_seque
             slotted = _SlotSequence(3)
             slotted.salt = 0x5A5A
             return np.random.default_rng(slotted), np.random.default_rng(7)
+        if case == "sequence subclass with a private slot":
+            return (np.random.default_rng(_PrivateSlotSequence(3, salt=0x5A5A)),
+                    np.random.default_rng(7))
+        if case == "frozen sequence subclass":
+            return (np.random.default_rng(_FrozenSequence(3, salt=0x5A5A)),
+                    np.random.default_rng(7))
         seq = np.random.SeedSequence(3)
         return np.random.default_rng(seq), np.random.default_rng(seq)
 
