@@ -2091,3 +2091,38 @@ def test_a_restart_sets_the_spawned_count_back_keeping_shared_and_subclass_seque
         return state["draws"]
 
     _resumed_as_uninterrupted(memory_url, body, make, how="restart")
+
+
+class _PrivateWalker:
+    """An argument holding its generator in a private slot (stored as _PrivateWalker__rng)."""
+
+    __slots__ = ("__rng",)
+
+    def __init__(self, seed: int) -> None:
+        self.__rng = np.random.default_rng(seed)
+
+    def step(self) -> float:
+        return float(self.__rng.random())
+
+
+def test_an_rng_in_an_arguments_private_slot_is_restored(memory_url: str) -> None:
+    """The search for RNG objects read a private slot under its plain name, found nothing,
+    and the resumed run drew from a fresh generator (review 113)."""
+    def body(walker: Any, crash: list[int], *, state: Any = None) -> Any:
+        state = state or []
+        while len(state) < 4:
+            state.append(walker.step())
+            if len(state) == 2 and crash:
+                crash.clear()
+                raise RuntimeError("crash")
+            yield state
+        return state
+
+    assert [p for p, _ in _rng_find({"w": _PrivateWalker(1)})] == ["w._PrivateWalker__rng"]
+    _resumed_as_uninterrupted(memory_url, body, lambda: (_PrivateWalker(1),))
+
+
+def _rng_find(arguments: dict[str, Any]) -> Any:
+    from resumable import _rng
+
+    return _rng.find(arguments)
