@@ -139,7 +139,7 @@ def connect(stack: ExitStack, scheduler: str | None, workers: int) -> Any:
     if scheduler:
         return stack.enter_context(Client(scheduler))
     cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1,
-                                               processes=True, dashboard_address=None))
+                                               processes=True, dashboard_address=":0"))
     return stack.enter_context(Client(cluster))
 
 

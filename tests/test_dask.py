@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 def client() -> Iterator[Any]:
     """One LocalCluster per module: 2 worker processes with 1 thread each."""
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as c:
         yield c
 
