@@ -322,11 +322,8 @@ class _Pickler:
         self.arrays = arrays = _Arrays(np, {})
         self.copyreg = dict(copyreg.dispatch_table)  # (a reducer registered or replaced
         # since: a new pickler)
-        table = getattr(base, "dispatch_table", None)  # (cloudpickle's has its own entries)
         # A plain dict: the C pickler looks up the type of every object it reduces in it.
-        self.dispatch = dispatch = {
-            **(table if isinstance(table, Mapping) else copyreg.dispatch_table),
-            _Leave: arrays.leave}
+        self.dispatch = dispatch = {**_base_table(base), _Leave: arrays.leave}
         # (a program's own reducer for arrays, copyreg.pickle(np.ndarray, ...), stands:
         # its arrays are then pickled as it says, without the layout)
         dispatch.setdefault(arrays.ndarray, arrays.reduce)
@@ -334,14 +331,8 @@ class _Pickler:
         for cls in _rng.rng_classes():
             dispatch.setdefault(cls, _rng.reduce_rng)
         self.pandas = False  # (its managers' entries: once pandas is imported)
-        pickler: Any = base.__new__(base)  # type: ignore[call-overload]
-        if base is not pickle.Pickler:
-            # A subclass with a dispatch_table of its own (cloudpickle's): the C pickler
-            # reads the attribute when it is made, and finds the instance's first.
-            pickler.dispatch_table = dispatch
-        pickler.__init__(types.SimpleNamespace(write=self.chunks.append), protocol=5,
-                         buffer_callback=lambda b: sink[0](b))
-        pickler.dispatch_table = dispatch
+        pickler = _new_pickler(base, types.SimpleNamespace(write=self.chunks.append),
+                               lambda b: sink[0](b), dispatch)
         self.pickler = pickler
         # cloudpickle's map of the globals it pickled, by id: for one dump only (an id
         # reused by another namespace at the next snapshot would find the first one's)
@@ -406,18 +397,32 @@ def _plain_with_rngs(obj: Any, base: type, buffers: list[pickle.PickleBuffer]) -
     pickle's own pickler, with the RNG classes' entry (review 108: random.Random came back
     a copy in a process that never imported numpy)."""
     sink = io.BytesIO()
-    table = getattr(base, "dispatch_table", None)  # (cloudpickle's has its own entries)
-    dispatch = {**(table if isinstance(table, Mapping) else copyreg.dispatch_table),
+    dispatch = {**_base_table(base),
                 **{cls: _rng.reduce_rng for cls in _rng.rng_classes()
                    if cls not in copyreg.dispatch_table}}
-    pickler: Any = base.__new__(base)  # type: ignore[call-overload]
-    # (set before __init__ as well, as _Pickler does: the C pickler of a subclass with a
-    # class-level dispatch_table, cloudpickle's, reads it when it is made; review 109)
-    pickler.dispatch_table = dispatch
-    pickler.__init__(sink, protocol=5, buffer_callback=buffers.append)
-    pickler.dispatch_table = dispatch
-    pickler.dump(obj)
+    _new_pickler(base, sink, buffers.append, dispatch).dump(obj)
     return sink.getvalue()
+
+
+def _base_table(base: type) -> Mapping[type, Any]:
+    """The reducers a pickler class starts from: its own table (cloudpickle's has
+    entries of its own), else copyreg's."""
+    table = getattr(base, "dispatch_table", None)
+    return table if isinstance(table, Mapping) else copyreg.dispatch_table
+
+
+def _new_pickler(base: type, file: Any, buffer_callback: Callable[[Any], None],
+                 dispatch: dict[type, Any]) -> Any:
+    """A ``base`` pickler (protocol 5) with ``dispatch`` as its table. Set before
+    __init__ too: the C pickler of a subclass with a dispatch_table of its own
+    (cloudpickle's) reads the attribute when it is made, and finds the instance's first
+    (review 109: set after, the RNG entries went unused with cloudpickle)."""
+    pickler: Any = base.__new__(base)  # type: ignore[call-overload]
+    if base is not pickle.Pickler:
+        pickler.dispatch_table = dispatch
+    pickler.__init__(file, protocol=5, buffer_callback=buffer_callback)
+    pickler.dispatch_table = dispatch
+    return pickler
 
 
 def dumps(obj: Any, base: type, plain: Callable[..., bytes],

@@ -221,12 +221,16 @@ def _aliased(path: str, reduced: Any) -> Any:
     return live
 
 
+def _bit_generator_of(obj: Any) -> Any:
+    """A numpy Generator's or RandomState's bit generator; a bit generator itself."""
+    return getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None) or obj
+
+
 def _seed_sequence(obj: Any) -> Any:
     """The SeedSequence a numpy RNG object spawns its children from (None: another)."""
     if isinstance(obj, random.Random):
         return None
-    bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None)
-    seq = getattr(bitgen if bitgen is not None else obj, "_seed_seq", None)
+    seq = getattr(_bit_generator_of(obj), "_seed_seq", None)
     return seq if hasattr(seq, "n_children_spawned") and hasattr(seq, "spawn") else None
 
 
@@ -256,7 +260,7 @@ def _spawn_up_to(obj: Any, count: int | None, path: str) -> None:
     if missing > 0:
         seq.spawn(missing)
         return
-    bitgen = getattr(obj, "bit_generator", None) or getattr(obj, "_bit_generator", None) or obj
+    bitgen = _bit_generator_of(obj)
     replaced = _aliases.sequences
     try:
         made = replaced.get(id(seq))

@@ -509,7 +509,7 @@ class Run:
             self._check_serializer(name, header.serializer)
             try:
                 rng = _rng_loads(decoded.frames[0])
-                with _rng.aliasing(self.rng_targets):
+                with self._aliasing():
                     state = loads_frames(self.serializer, decoded.frames[1:])
             except Exception as err:
                 raise SerializationError(
@@ -873,9 +873,9 @@ class Run:
         def what() -> str:
             return f"the state yielded at step {step} of run {self.where()}"
 
-        if not self.rng_targets:  # (the common case: nothing more per yield)
+        if not self.rng_targets:  # (the common case, at every yield: no context to enter)
             return dumps_views(self.serializer, state, what)
-        with _rng.aliasing(self.rng_targets):
+        with self._aliasing():
             return dumps_views(self.serializer, state, what)
 
     def snapshot_forked(self, state: Any, step: int, rng: _rng.RngState | None,
@@ -901,7 +901,7 @@ class Run:
         # the pool and get overwritten. The pickle streams are only read.
         views = [memoryview(f).cast("B") for f in snap.frames[:2]]
         views += [aligned_copy(f) for f in snap.frames[2:]]
-        with _rng.aliasing(self.rng_targets):
+        with self._aliasing():
             state = loads_frames(self.serializer, views[1:])
         return state, _rng_loads(views[0])
 
