@@ -275,8 +275,16 @@ def test_a_stray_newer_attempt_record_does_not_keep_a_run_from_completed(
     assert not (store / "exp" / "result").exists()
 
 
-class _CountResultReads(DelegatingStore):
-    """Counts whole reads of results; header reads (``head``) go to the local store's."""
+class _WithHead(DelegatingStore):
+    """A DelegatingStore whose header reads (``head``) go to the local store's, so that
+    only whole reads pass through ``get``."""
+
+    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
+        return self.inner.head(key, n)  # type: ignore[attr-defined, no-any-return]
+
+
+class _CountResultReads(_WithHead):
+    """Counts whole reads of results."""
 
     reads = 0
 
@@ -284,9 +292,6 @@ class _CountResultReads(DelegatingStore):
         if key.endswith("/result"):
             type(self).reads += 1
         return self.inner.get(key)
-
-    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
-        return self.inner.head(key, n)  # type: ignore[attr-defined, no-any-return]
 
 
 def test_rm_completed_reads_no_result_whole_before_it_is_confirmed(
@@ -356,7 +361,7 @@ def test_a_run_folder_linked_from_another_disk_is_listed_and_removed(
     assert not (store / "here").exists()
 
 
-class _ResultGoesBeforeItsWholeRead(DelegatingStore):
+class _ResultGoesBeforeItsWholeRead(_WithHead):
     """Another `rm` (or f.reset) deletes run "a"'s result between the header read and
     the whole read."""
 
@@ -364,9 +369,6 @@ class _ResultGoesBeforeItsWholeRead(DelegatingStore):
         if key == "a/result":
             self.inner.delete(key)
         return self.inner.get(key)
-
-    def head(self, key: str, n: int) -> tuple[bytes, int] | None:
-        return self.inner.head(key, n)  # type: ignore[attr-defined, no-any-return]
 
 
 def test_rm_completed_says_a_result_deleted_meanwhile_was_deleted(
