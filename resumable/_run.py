@@ -272,6 +272,13 @@ def _pickle_rng(state: _rng.RngState | None) -> bytes:
     return pickle.dumps(state, protocol=5)
 
 
+def _newer(what: str, reason: object, more: str = "") -> ConfigurationError:
+    """Objects of a newer format version: valid work of a newer resumable (the pods'
+    image rolled back), never "damaged: delete the run" (reviews 106, 108)."""
+    return ConfigurationError(f"{what} was written by a newer resumable ({reason}): "
+                              f"upgrade resumable to resume the run{more}")
+
+
 class Run:
     def __init__(
         self,
@@ -437,10 +444,9 @@ class Run:
         if all(e.newer for _, e in failures):
             # Valid work of a newer version (the pods' image rolled back): deleting the
             # run, as the advice below says, would lose it (review 106)
-            raise ConfigurationError(
-                f"every checkpoint of run {self.run_id!r} in {self.store.url} was written "
-                f"by a newer resumable ({summary}): upgrade resumable to resume the run "
-                "(this version cannot read them, and does not start over)")
+            raise _newer(f"every checkpoint of run {self.run_id!r} in {self.store.url}",
+                         summary, " (this version cannot read them, and does not start "
+                         "over)")
         cls = CheckpointTamperedError if any(e.tampered for _, e in failures) else (
             CheckpointCorruptError)
         what = "is signed correctly" if cls is CheckpointTamperedError else "passes verification"
@@ -542,9 +548,7 @@ class Run:
             decoded = self._decode(RESULT, data, "result")
         except _format.InvalidObject as err:
             if err.newer:
-                raise ConfigurationError(
-                    f"the result record {self.where(RESULT)} was written by a newer "
-                    f"resumable ({err.reason})") from None
+                raise _newer(f"the result record {self.where(RESULT)}", err.reason) from None
             cls = CheckpointTamperedError if err.tampered else CheckpointCorruptError
             raise cls(
                 f"the result record {self.where(RESULT)} fails verification ({err.reason}); "
@@ -593,9 +597,7 @@ class Run:
             if strict and getattr(err, "newer", False):
                 # (read before any checkpoint: the run of a newer version, not damage;
                 # deleting it would lose valid work, review 108)
-                raise ConfigurationError(
-                    f"the {kind} record {self.where(name)} was written by a newer resumable "
-                    f"({reason}): upgrade resumable to resume the run") from None
+                raise _newer(f"the {kind} record {self.where(name)}", reason) from None
             if strict:
                 tampered = getattr(err, "tampered", False)
                 cls = CheckpointTamperedError if tampered else CheckpointCorruptError
