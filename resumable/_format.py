@@ -277,13 +277,13 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
         if version < min(READABLE_VERSIONS):  # (no resumable writes it)
             raise InvalidObject(f"damaged: its format version field reads {version}, which "
                                 f"no resumable writes (this library reads {readable})")
-        if view.nbytes == n:  # (the whole object: a flipped bit shows, see _verifies_as)
+        whole = view.nbytes == n
+        if whole:  # (the whole object: a flipped bit shows, see _verifies_as)
             for readable_version in READABLE_VERSIONS:
                 if _verifies_as(view, n, header_len, readable_version):
                     raise InvalidObject(
                         f"damaged: its format version field reads {version}, but the "
                         f"object verifies as version {readable_version} (a flipped bit)")
-        whole = view.nbytes == n
         raise InvalidObject(
             f"unsupported format version {version} (this library reads versions "
             f"{readable}); it was written by a newer resumable: upgrade resumable to "
@@ -354,10 +354,15 @@ def _verifies_as(view: memoryview, n: int, header_len: int, version: int) -> boo
         header = read_header(fixed, n)
     except (InvalidObject, ValueError):
         return False
+    return _digest_matches(fixed, version, header.signed, view[header_len:])
+
+
+def _digest_matches(fixed: bytearray, version: int, signed: bool, payload: memoryview) -> bool:
+    """Whether the header ``fixed`` (a copy) holds the digest of itself and ``payload``;
+    its digest and signature fields are zeroed on the way, as they were when it was made."""
     stored = bytes(fixed[_DIGEST_AT:_MAC_AT])
     fixed[_DIGEST_AT : _FIXED.size] = bytes(64)
-    computed = _digest(version, header.signed, fixed, [view[header_len:]])
-    return hmac.compare_digest(computed, stored)
+    return hmac.compare_digest(_digest(version, signed, fixed, [payload]), stored)
 
 
 def decode(
@@ -373,9 +378,7 @@ def decode(
     fixed = bytearray(view[: header.header_len])
     stored_digest = bytes(fixed[_DIGEST_AT:_MAC_AT])
     stored_mac = bytes(fixed[_MAC_AT : _FIXED.size])
-    fixed[_DIGEST_AT : _FIXED.size] = bytes(64)
-    computed = _digest(header.version, header.signed, fixed, [view[header.header_len :]])
-    if not hmac.compare_digest(computed, stored_digest):
+    if not _digest_matches(fixed, header.version, header.signed, view[header.header_len :]):
         raise InvalidObject("checksum mismatch: the object is damaged")
     if not header.signed and stored_mac != _ZERO32:
         raise InvalidObject("unsigned object carries a signature field")
