@@ -345,8 +345,11 @@ def _claims_run(store: Store, run_id: str, name: str, data: Any, key: bytes | No
     where = f"{run_id}/{name}"
     try:
         header = _format.decode(data, kind="epoch", name=where).header
-    except _format.InvalidObject:
-        return False  # damaged, or another run's record (copied: its name says so)
+    except _format.InvalidObject as err:
+        # Damaged, or another run's record (copied: its name says so): it fences nothing.
+        # A newer resumable's record claims the run (review 114: a run that version was
+        # extending was deleted as completed during a mixed-version rollout).
+        return err.newer
     if key is None:
         return True
     try:
