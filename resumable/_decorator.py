@@ -42,7 +42,7 @@ def _signing_key(value: bytes | str | None) -> bytes | None:
     if value is None:
         return _settings.SIGNING_KEY.read()
     if isinstance(value, str):
-        value = value.encode()
+        value = os.fsencode(value)  # (os.environ["KEY"] of random bytes: surrogateescape)
     if not isinstance(value, bytes) or len(value) < _settings.MIN_KEY_BYTES:
         raise ConfigurationError(
             "signing_key must be bytes or str of at least 16 bytes "

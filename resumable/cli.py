@@ -369,7 +369,7 @@ def _signing_key(env_name: str) -> bytes | None:
     value = os.environ.get(env_name)
     # Unset or empty means no key, as for $RESUMABLE_SIGNING_KEY in the library; the
     # library's own fallback to $RESUMABLE_SIGNING_KEY must not apply to another name.
-    return _parse_signing_key(value) if value else None
+    return _parse_signing_key(os.fsencode(value)) if value else None
 
 
 def _key_env(args: argparse.Namespace) -> str:
@@ -387,7 +387,7 @@ def _command_key(args: argparse.Namespace) -> bytes | None:
     try:
         return _signing_key(name)
     except ResumableError as err:  # (the library's message speaks of signing_key=)
-        size = len(os.environ.get(name, "").encode())
+        size = len(os.fsencode(os.environ.get(name, "")))
         raise CliError(f"${name} holds {size} bytes; an HMAC key needs at least "
                        f"{_settings.MIN_KEY_BYTES} bytes (e.g. `openssl rand -hex 32`): set "
                        "it to the key the run was signed with", EXIT_CONFIG) from err
