@@ -20,6 +20,7 @@ import builtins
 import hashlib
 import http.client
 import logging
+import math
 import os
 import random
 import re
@@ -615,6 +616,17 @@ class S3Store:
             raise ConfigurationError(f"{url}: part_size must be at least {MIN_PART_SIZE} bytes")
         if max_workers < 1:
             raise ConfigurationError(f"{url}: max_workers must be at least 1")
+        if multipart_threshold < 1:  # (it was made 1: every object went up in parts)
+            raise ConfigurationError(f"{url}: multipart_threshold must be at least 1 byte "
+                                     f"(the default is {DEFAULT_THRESHOLD})")
+        for option, seconds in (("connect_timeout", connect_timeout),
+                                ("read_timeout", read_timeout)):
+            # (nan or inf passed, and every request then failed as a StoreError: one a
+            # podFailurePolicy retries; review 115)
+            if not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
+                    and seconds > 0):
+                raise ConfigurationError(f"{url}: {option}={seconds!r}; give a number of "
+                                         "seconds greater than 0, e.g. 30")
         if isinstance(checksums, str):
             if checksums.lower() not in ("on", "off", "true", "false", "1", "0"):
                 raise ConfigurationError(f"{url}: checksums={checksums!r}; use on or off")
@@ -622,7 +634,7 @@ class S3Store:
         # S3 CRC32 checksums on uploads; `checksums=off` for servers that reject them.
         self.checksums = checksums
         self.part_size = part_size
-        self.multipart_threshold = max(multipart_threshold, 1)
+        self.multipart_threshold = multipart_threshold
         self.max_workers = max_workers
         self._extra: dict[str, str] = {}
         if sse:
