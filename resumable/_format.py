@@ -54,14 +54,22 @@ _DIGEST_AT = _FIXED.size - 64
 _MAC_AT = _FIXED.size - 32
 _ZERO32 = bytes(32)
 _PADDING = memoryview(bytes(ALIGN))
-MAX_HEADER = 1 << 20
-MAX_FRAMES = 1 << 16
+# Bounds a header read from the store must keep (a damaged length is refused before
+# anything is allocated for it). Each numpy array of a state is a frame of its own, so a
+# population of array individuals has as many: 65,536 (with a 1 MiB header) were written,
+# then refused on resume as damage (review 114). encode() refuses what reads would.
+MAX_FRAMES = 1 << 23
+MAX_HEADER = 1 << 27  # (room for MAX_FRAMES lengths and the names)
 CRC_BLOCK = 1 << 20  # granularity of Encoded.crc32c_blocks
 _SMALL_PAYLOAD = 64 << 10
 
 
 def _pad(n: int) -> int:
     return -n % ALIGN
+
+
+class TooManyFrames(ValueError):
+    """An object with more frames than a reader accepts (see MAX_FRAMES)."""
 
 
 class InvalidObject(Exception):
@@ -165,6 +173,10 @@ def encode(
     key: bytes | None = None,
 ) -> Encoded:
     """Header plus the frames, each padded to 64 bytes, as a zero-copy list of buffers."""
+    if len(frames) > MAX_FRAMES:
+        raise TooManyFrames(
+            f"{len(frames):,} frames (numpy arrays) in one object: at most {MAX_FRAMES:,} "
+            "can be read back; hold the arrays in fewer, larger ones (np.stack)")
     views = [memoryview(f).cast("B") for f in frames]
     name_b, kind_b, obj_b = serializer.encode(), kind.encode(), name.encode()
     if max(len(name_b), len(kind_b), len(obj_b)) > 255:

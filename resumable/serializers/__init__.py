@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from .. import _layout, _numpy
+from .. import _format, _layout, _numpy
 from .._aligned import realigned
 from .._errors import ConfigurationError, SerializationError
 from ..stores._base import Buffer
@@ -147,6 +147,12 @@ def dumps_views(
         if isinstance(serializer, PickleSerializer):
             frames = serializer.dumps_views(obj)
             _refuse_remote_references(serializer, frames[0], obj, what, root)
+            if len(frames) >= _MOST_FRAMES:  # (with the RNG frame, one more: see _format)
+                raise SerializationError(
+                    f"cannot save {_words(what)}: its {root} holds {len(frames) - 1:,} numpy "
+                    f"arrays, each a frame of the checkpoint, and a checkpoint can hold at "
+                    f"most {_MOST_FRAMES - 2:,}; hold them in fewer, larger arrays "
+                    "(np.stack)")
             return frames
         return [serializer.dumps(obj)]
     except (SerializationError, ConfigurationError):
@@ -181,6 +187,7 @@ def copy_frames(frames: Sequence[Buffer], alloc: Alloc | None = None) -> list[Bu
     return out
 
 
+_MOST_FRAMES = _format.MAX_FRAMES  # a checkpoint's frames: the RNG's, the pickle's, arrays
 _UNLOCKED_COPY = 1 << 20  # frames from which a copy lets go of the GIL (with numpy)
 
 
