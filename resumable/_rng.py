@@ -32,7 +32,7 @@ import struct
 import sys
 import threading
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import _numpy
@@ -106,19 +106,22 @@ def find(arguments: Mapping[str, Any]) -> Targets:
             for i, item in enumerate(value):
                 add(f"{name}[{i}]", item)
         elif isinstance(value, dict):
-            for i, (key, item) in enumerate(value.items()):
-                add(f"{name}[{key_text(key, i)}]", item)
+            for text, item in zip(key_texts(value), value.values(), strict=True):
+                add(f"{name}[{text}]", item)
         else:
             for attr, item in _attributes(value):
                 add(f"{name}.{attr}", item)
     return targets
 
 
-def key_text(key: Any, position: int) -> str:
-    """A dict key as a path spells it: its repr, or ``#<position>`` if that names an
-    address."""
-    text = repr(key)
-    return f"#{position}" if ADDRESS.search(text) else text
+def key_texts(keys: Iterable[Any]) -> list[str]:
+    """Dict keys as paths spell them: each key's repr, or ``#<position>`` where that
+    names an address (another in the next process) or is another key's too (review 114:
+    two operators printed ``Op(mutate)``; their generators shared one saved state)."""
+    texts = [repr(key) for key in keys]
+    counts = collections.Counter(texts)
+    return [f"#{i}" if counts[text] > 1 or ADDRESS.search(text) else text
+            for i, text in enumerate(texts)]
 
 
 # -- RNG arguments that the state holds too ----------------------------------------------

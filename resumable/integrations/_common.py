@@ -455,8 +455,10 @@ def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ..
     elif isinstance(obj, dict):
         # (a key that prints as an address, <Source object at 0x...>, by its position:
         # the path must be the same in the next process, review 103)
-        children = [(f"{path}[{_rng.key_text(k, i)}]", v)
-                    for i, (k, v) in enumerate(itertools.islice(obj.items(), room))]
+        # (and keys that print alike: review 114)
+        items = list(itertools.islice(obj.items(), room))
+        children = [(f"{path}[{text}]", v) for text, (_, v)
+                    in zip(_rng.key_texts(k for k, _ in items), items, strict=True)]
     else:  # (as the decorator finds an argument's: its __dict__ and __slots__)
         children = [(f"{path}.{k}", v) for k, v in _rng._attributes(obj)[:room]]
     return children
