@@ -75,18 +75,33 @@ def _attributes(obj: Any) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
     with contextlib.suppress(TypeError):  # no __dict__
         found.extend(vars(obj).items())
-    for cls in type(obj).__mro__:
-        slots = cls.__dict__.get("__slots__", ())
+    found.extend(slot_items(obj))
+    return found
+
+
+def slot_items(obj: Any, names: Sequence[str] | None = None) -> list[tuple[str, Any]]:
+    """The slots ``obj`` has set, by name (as pickle finds them); ``names``: its class's
+    ``slot_names``, if known."""
+    found: list[tuple[str, Any]] = []
+    for name in slot_names(type(obj)) if names is None else names:
+        try:
+            found.append((name, getattr(obj, name)))
+        except AttributeError:  # an unset slot
+            continue
+    return found
+
+
+def slot_names(cls: type) -> list[str]:
+    """The names of a class's slots, private ones mangled (review 113: ``__rng``)."""
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
         for name in (slots,) if isinstance(slots, str) else slots:
             if name not in ("__dict__", "__weakref__"):
                 if name.startswith("__") and not name.endswith("__"):
-                    # (a private slot is stored under its mangled name: review 113)
-                    name = f"_{cls.__name__.lstrip('_')}{name}"
-                try:
-                    found.append((name, getattr(obj, name)))
-                except AttributeError:  # an unset slot
-                    continue
-    return found
+                    name = f"_{klass.__name__.lstrip('_')}{name}"
+                names.append(name)
+    return names
 
 
 def find(arguments: Mapping[str, Any]) -> Targets:

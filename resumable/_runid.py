@@ -68,7 +68,10 @@ _MAX_DEPTH = 100
 # value no member spells) by its value; an int, float or str subclass by its class and
 # attributes (not numpy's float64: the same as a float, as before); an array's axes in
 # memory order when that is neither C's nor Fortran's (a transposed or reversed view).
-ENCODING = 4
+# 5 (review 114: each pair had one run id): the slots of list, tuple, dict, set, int,
+# float, complex, str and bytes subclasses (a genome's slotted ``sigma``), and a set
+# subclass's attributes; values without such attributes keep their bytes.
+ENCODING = 5
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _FAST = frozenset(_ATOMS)
 
@@ -91,6 +94,7 @@ class _Encoder:
         # (encoding 4)
         self._classes: dict[tuple[type, int], tuple[bytes, frozenset[int]]] = {}
         self._entered: list[int] = []  # ids of the containers encoded, in order
+        self._slots: dict[type, list[str]] = {}  # a class's slot names (encoding 5)
 
     def encode(self, obj: Any, path: str) -> bytes:
         out = bytearray()
@@ -161,6 +165,8 @@ class _Encoder:
             self._subclass(obj, out, path, depth, (set, frozenset), named=True)
             parts = sorted(self._sub(item, f"{path} item", depth) for item in obj)
             out += f"set:{len(parts)}{{".encode() + b"".join(parts) + b"}"
+            if self.encoding >= 5:
+                self._extra_attrs(obj, out, path, depth)
         elif isinstance(obj, Mapping):
             if type(obj) is not dict:  # OrderedDict, Counter, defaultdict: not a dict
                 out += f"mapping:{_name(type(obj))}:".encode()
@@ -327,8 +333,8 @@ class _Encoder:
         out += b"atomsub:"
         self._class(type(obj), out, path, depth)
         _atom(base(obj), out)
-        extra = getattr(obj, "__dict__", None)
-        if isinstance(extra, dict) and extra:
+        extra = self._instance_attrs(obj)
+        if extra:
             out += b"attrs"
             self._encode(_Attrs(extra), out, path, depth)
 
@@ -356,13 +362,26 @@ class _Encoder:
             self._encode(cls, out, f"{path}.__class__", depth)
 
     def _extra_attrs(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
-        """A list, tuple or dict subclass's own attributes (a genome's ``sigma``)."""
+        """A list, tuple, dict or set subclass's own attributes (a genome's ``sigma``)."""
         if self.encoding < 3:
             return
-        extra = getattr(obj, "__dict__", None)
-        if isinstance(extra, dict) and extra:
+        extra = self._instance_attrs(obj)
+        if extra:
             out += b"attrs"
             self._encode(_Attrs(extra), out, path, depth)
+
+    def _instance_attrs(self, obj: Any) -> dict[str, Any]:
+        """An instance's attributes: its ``__dict__``, and from encoding 5 its slots."""
+        extra = getattr(obj, "__dict__", None)
+        found: dict[str, Any] = extra if isinstance(extra, dict) else {}
+        if self.encoding >= 5:
+            cls = type(obj)
+            names = self._slots.get(cls)
+            if names is None:
+                names = self._slots[cls] = _rng.slot_names(cls)
+            if names:
+                found = {**found, **dict(_rng.slot_items(obj, names))}
+        return found
 
     def _numpy_scalar(self, obj: Any, out: bytearray, path: str, depth: int) -> None:
         """By dtype and bytes: np.float32(0.5) is not 0.5 (float32 arithmetic gives

@@ -1589,7 +1589,7 @@ def test_a_fixed_run_started_under_encoding_3_resumes_under_4(tmp_path: Path) ->
     dataclass made at run time) is no difference (review 108: RunMismatchError)."""
     from resumable._identity import _hash
     from resumable._run import Run
-    from resumable._runid import encode_value_as
+    from resumable._runid import ENCODING, encode_value_as
 
     Cfg = _cfg_class()
     stop = [2]
@@ -1608,7 +1608,7 @@ def test_a_fixed_run_started_under_encoding_3_resumes_under_4(tmp_path: Path) ->
         job(Cfg(), stop)
     run = Run(open_store(str(tmp_path)), "fixed-run")
     record = run.read_record("identity", "identity")
-    assert record is not None and record["encoding"] == 4
+    assert record is not None and record["encoding"] == ENCODING
     # As encoding 3 wrote it: its hash of the argument, its version number
     record["arguments"]["cfg"] = _hash(encode_value_as(Cfg(), "cfg", 3))
     assert record["arguments"]["cfg"] != _hash(encode_value_as(Cfg(), "cfg", 4))
