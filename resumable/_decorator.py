@@ -599,6 +599,11 @@ class _Execution:
             self.last_snap = snap
             self._save(snap)
 
+    def _snapshotted(self, step: int) -> bool:
+        """Whether the state yielded at ``step`` is saved or held in a snapshot."""
+        return step == self.durable_step or step == self.submitted_step or (
+            self.last_snap is not None and self.last_snap.step == step)
+
     def _end_children(self, keep: Snapshot | None = None) -> None:
         """End the children of forked snapshots not read yet, but ``keep``'s (their saves
         are skipped: a newer state is saved)."""
@@ -929,7 +934,19 @@ class _Execution:
                 except StopIteration as stop:
                     result = stop.value if stop.value is not None else last_state
                     if step > start_step and not self.interrupted:
-                        self._checkpoint(last_state, step, force=True)  # the final state
+                        if self._snapshotted(step):
+                            self._checkpoint(last_state, step, force=True)  # the final state
+                        else:
+                            # The last yield was not due (every=n, a duration): not
+                            # snapshotted, and the body ran on after it (a sort, a draw),
+                            # so the object is not that yield's state. Saved as it, a
+                            # resume (an extension; a crash before the result is
+                            # written) started from a state never yielded (review 115).
+                            newest = max(self._saved_step(), self.submitted_step,
+                                         self.last_snap.step if self.last_snap else 0)
+                            log.info("run %s: step %d, its last, was not due, so it is not "
+                                     "saved (the body ran on after that yield): the newest "
+                                     "checkpoint is of step %d", run.where(), step, newest)
                     self._flush_last()
                     end_rng = self._capture_rng()
                     if end_rng is not None:

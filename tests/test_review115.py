@@ -1,0 +1,111 @@
+"""Review 115: the save at the body's return with every=n, store URL timeouts that are
+not finite, a signing key in the environment that is not UTF-8."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable import CheckpointTamperedError, ConfigurationError, checkpointed
+from resumable.stores import open_store
+
+
+def _evolve(store: Path, every: Any) -> Any:
+    @checkpointed(store=str(store), every=every, ignore=["gens"], run_id="ga")
+    def evolve(gens: int, *, state: Any = None) -> Any:
+        if state is None:
+            random.seed(1)
+            state = {"gen": 0, "pop": [random.random() for _ in range(8)]}
+        while state["gen"] < gens:
+            state["gen"] += 1
+            state["pop"] = [x + random.gauss(0, 1) for x in state["pop"]]
+            yield state
+        # after the loop, as DEAP scripts do: sort to report, draw a tie-break
+        state["pop"].sort()
+        random.random()
+        return state["pop"][0]
+
+    return evolve
+
+
+def _yielded_at(step: int) -> list[float]:
+    random.seed(1)
+    pop = [random.random() for _ in range(8)]
+    for _ in range(step):
+        pop = [x + random.gauss(0, 1) for x in pop]
+    return pop
+
+
+@pytest.mark.parametrize("every", ["generation", 5, "1h"])
+def test_the_save_at_return_holds_a_yielded_state(tmp_path: Path, every: Any) -> None:
+    """With every=n or a duration the last yield (not due) was saved at the body's
+    return as the live object, changed by the code after the loop: a state never
+    yielded, from which an extended run diverged (review 115)."""
+    extended = _evolve(tmp_path / "a", every)
+    extended(12)
+    latest = extended.latest(12)
+    if latest is not None:
+        assert latest.state["pop"] == _yielded_at(latest.step)
+    assert extended(20) == _evolve(tmp_path / "b", every)(20)
+
+
+@pytest.mark.parametrize("option", ["connect_timeout", "read_timeout"])
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-inf"])
+def test_timeouts_that_are_not_finite_are_refused(option: str, value: str) -> None:
+    """They were accepted, and every request then failed as a retriable StoreError."""
+    with pytest.raises(ConfigurationError, match=option):
+        open_store(f"s3://bucket/prefix?{option}={value}")
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_multipart_threshold_below_one_is_refused(value: str) -> None:
+    """It was made 1: every object, even a 200-byte record, went up in parts."""
+    with pytest.raises(ConfigurationError, match="multipart_threshold"):
+        open_store(f"s3://bucket/prefix?multipart_threshold={value}")
+
+
+def test_a_signing_key_that_is_not_utf8_is_its_bytes(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """32 random bytes (a Secret from `openssl rand 32`) were refused as "at least 16
+    bytes": the key is the environment's bytes, not UTF-8 text."""
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY",
+                       bytes(range(0x80, 0xA0)).decode("utf-8", "surrogateescape"))
+
+    @checkpointed(store=str(tmp_path), run_id="signed")
+    def f(*, state: Any = None) -> Any:
+        state = state or {"x": 0}
+        state["x"] += 1
+        yield state
+        return state["x"]
+
+    assert f() == 1
+    assert f() == 1  # the stored result, verified with the same key
+    monkeypatch.setenv("RESUMABLE_SIGNING_KEY", "another key of enough bytes")
+    with pytest.raises(CheckpointTamperedError):
+        f()
+
+
+def test_the_cli_reads_a_signing_key_that_is_not_utf8(tmp_path: Path) -> None:
+    """`resumable verify` with such a key in the environment: its bytes (it raised
+    UnicodeEncodeError, a traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    key = bytes(range(0x80, 0xA0))
+    env = {**os.environb, b"RESUMABLE_SIGNING_KEY": key}
+
+    @checkpointed(store=str(tmp_path), run_id="signed",
+                  signing_key=key.decode("utf-8", "surrogateescape"))
+    def f(*, state: Any = None) -> Any:
+        yield {"x": 1}
+        return 1
+
+    assert f() == 1
+    done = subprocess.run([sys.executable, "-m", "resumable", "verify", str(tmp_path), "signed"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
