@@ -503,8 +503,13 @@ class Run:
             failures.append((name, err))
             return None
         if failures:
-            log.warning("resuming %s from %s after skipping %d damaged checkpoint(s)",
-                        self.where(), name, len(failures))
+            newer = sum(1 for _, e in failures if e.newer)
+            log.warning("resuming %s from %s after skipping %s", self.where(), name, ", ".join(
+                part for part in (
+                    f"{len(failures) - newer} damaged checkpoint(s)" if newer < len(failures)
+                    else "",
+                    f"{newer} checkpoint(s) a newer resumable wrote (this version cannot "
+                    "read them; it redoes their generations)" if newer else "") if part))
         return self._to_checkpoint(name, decoded, with_state)
 
     def _to_checkpoint(self, name: str, decoded: _format.Decoded, with_state: bool) -> Checkpoint:

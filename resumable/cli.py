@@ -78,6 +78,7 @@ class ObjectInfo:
     signature_checked: bool = False
     problem: str | None = None
     tampered: bool = False
+    newer: bool = False  # written by a newer resumable (a format this one cannot read)
     # A name resumable never writes (someone's model.pt): not read, so neither verified
     # nor damage to the run (no problem, bytes and verified null in --json).
     foreign: bool = False
@@ -133,7 +134,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     try:
         header = _format.read_header(data, size)
     except _format.InvalidObject as err:
-        info.problem = err.reason
+        info.problem, info.newer = err.reason, err.newer
         return info
     info.kind = header.kind
     info.step, info.epoch = header.step, header.epoch
@@ -147,7 +148,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     try:
         _format.decode(data, key=key, kind=_kind_of(name) or None, name=f"{run_id}/{name}")
     except _format.InvalidObject as err:
-        info.problem, info.tampered = err.reason, err.tampered
+        info.problem, info.tampered, info.newer = err.reason, err.tampered, err.newer
         return info
     info.verified = True
     info.signature_checked = key is not None
@@ -529,6 +530,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "complete": (done := completed.get(run_id)) is not None and not done.problem,
             # The result's header fails (ls reads headers only): COMPLETE says "damaged".
             "result_problem": done.problem if done is not None else None,
+            "result_newer": done is not None and done.newer,
             "newest_created": None,
             "newest_bytes": None,
             "newest_problem": None,
@@ -552,14 +554,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
         [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else r["newest_step"],
           r["attempts"],
-          "damaged" if r["result_problem"] else "yes" if r["complete"] else "no",
+          ("newer" if r["result_newer"] else "damaged") if r["result_problem"]
+          else "yes" if r["complete"] else "no",
           _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
     note = ("" if args.check or listed is None
             else "; `ls --check` reads their headers too, `verify` checks a run fully")
     print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's{note}")
-    damaged = [r["run_id"] for r in rows if r["result_problem"]]
+    newer = [r["run_id"] for r in rows if r["result_newer"]]
+    if newer:
+        print(f"COMPLETE newer: the result of {', '.join(map(repr, newer[:3]))}"
+              f"{' and more' if len(newer) > 3 else ''} was written by a newer resumable; "
+              "upgrade resumable to read it")
+    damaged = [r["run_id"] for r in rows if r["result_problem"] and not r["result_newer"]]
     if damaged:
         print(f"COMPLETE damaged: the result of {', '.join(map(repr, damaged[:3]))}"
               f"{' and more' if len(damaged) > 3 else ''} is stored but fails its header "
@@ -754,6 +762,13 @@ def _verdict(args: argparse.Namespace, store: Store, infos: list[ObjectInfo]) ->
             return EXIT_NOT_FOUND
         return 0
     ours = sum(1 for i in infos if not _foreign(i))  # (files it never writes: not counted)
+    if all(i.newer for i in bad):
+        # Not damage: the library says "upgrade" (exit 78) for such a run (review 114)
+        print(f"{PROG}: error: {len(bad)} of {ours} object(s) of run {args.run_id!r} in "
+              f"{store.url} were written by a newer resumable, in a format this version "
+              f"cannot read: {', '.join(i.name for i in bad)}; upgrade resumable to check "
+              "them", file=sys.stderr)
+        return EXIT_CONFIG
     print(f"{PROG}: error: {len(bad)} of {ours} object(s) of run {args.run_id!r} in "
           f"{store.url} fail verification: {', '.join(i.name for i in bad)}",
           file=sys.stderr)

@@ -240,3 +240,45 @@ def test_a_fixed_run_started_under_encoding_4_resumes_under_5(tmp_path: Path) ->
     run.write_record("identity", "identity", record)
     stop[0] = 0
     assert job(genome, stop) == 4
+
+
+def test_verify_and_ls_say_upgrade_for_a_run_a_newer_resumable_wrote(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`verify` exited 65 (corrupt) and `ls` said "damaged" where the library says
+    "upgrade" (exit 78); a resume past newer checkpoints called them damaged."""
+    store = tmp_path / "store"
+
+    @checkpointed(store=str(store), every=1, ignore=["gens", "crash_at"], run_id="ga")
+    def evolve(gens: int, crash_at: int | None = None, *, state: Any = None) -> Any:
+        state = state or {"g": 0}
+        while state["g"] < gens:
+            state["g"] += 1
+            if state["g"] == crash_at:
+                raise RuntimeError("pod preempted")
+            yield state
+        return state["g"]
+
+    evolve(3)
+    for path in (store / "ga").iterdir():
+        path.write_bytes(bytes(_newer(bytearray(path.read_bytes()))))
+    verified = _cli("verify", str(store), "ga")
+    assert verified.returncode == 78, verified.stderr
+    assert "newer resumable" in verified.stderr and "upgrade" in verified.stderr
+    listed = _cli("ls", str(store))
+    assert listed.returncode == 0
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("ga "))
+    assert "newer" in row.split() and "damaged" not in row
+
+    other = tmp_path / "other"
+    evolve2 = checkpointed(store=str(other), every=1, ignore=["gens", "crash_at"],
+                           run_id="ga")(evolve.__wrapped__)
+    evolve2(3)
+    with pytest.raises(RuntimeError):
+        evolve2(10, crash_at=6)
+    for path in (other / "ga").iterdir():
+        if path.name.startswith("ckpt-00000002"):
+            path.write_bytes(bytes(_newer(bytearray(path.read_bytes()))))
+    with caplog.at_level("WARNING", logger="resumable"):
+        assert evolve2(10) == 10
+    assert "a newer resumable wrote" in caplog.text
+    assert "damaged" not in caplog.text
