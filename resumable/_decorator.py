@@ -42,7 +42,9 @@ def _signing_key(value: bytes | str | None) -> bytes | None:
     if value is None:
         return _settings.SIGNING_KEY.read()
     if isinstance(value, str):
-        value = os.fsencode(value)  # (os.environ["KEY"] of random bytes: surrogateescape)
+        # UTF-8, whatever the locale; a key of random bytes read from the environment
+        # (os.environ["KEY"]: surrogateescape) is those bytes (review 116)
+        value = value.encode("utf-8", "surrogateescape")
     if not isinstance(value, bytes) or len(value) < _settings.MIN_KEY_BYTES:
         raise ConfigurationError(
             "signing_key must be bytes or str of at least 16 bytes "

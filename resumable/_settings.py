@@ -141,7 +141,7 @@ MIN_KEY_BYTES = 16
 def _key(raw: str) -> bytes | None:
     # The environment's bytes, as Python decoded them (surrogateescape): a key of random
     # bytes (a Secret from `openssl rand 32`) is not UTF-8 text (review 115)
-    key = os.fsencode(raw)
+    key = os.fsencode(raw)  # (exactly the environment's bytes, as Python decoded them)
     if len(key) < MIN_KEY_BYTES:
         raise _Why(f"it has {len(key)} bytes")
     return key

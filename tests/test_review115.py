@@ -109,3 +109,28 @@ def test_the_cli_reads_a_signing_key_that_is_not_utf8(tmp_path: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_str_signing_key_is_utf8_in_every_locale(tmp_path: Path) -> None:
+    """signing_key="clé..." in code: its UTF-8 bytes, also where the locale's codec is
+    ASCII (it raised UnicodeEncodeError there, review 116)."""
+    import os
+    import subprocess
+    import sys
+
+    child = (
+        "import sys\n"
+        "from resumable import checkpointed\n"
+        "@checkpointed(store=sys.argv[1], run_id='r', signing_key='cl\\u00e9-secr\\u00e8te-longue')\n"
+        "def f(*, state=None):\n"
+        "    yield 1\n"
+        "    return sys.getfilesystemencoding()\n"
+        "print(f())\n")
+    outputs = []
+    for extra in ({}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}):
+        done = subprocess.run([sys.executable, "-c", child, str(tmp_path)],
+                              env={**os.environ, **extra}, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.strip())
+    assert outputs == ["utf-8", "utf-8"]  # the second call: the first's result, verified
