@@ -121,7 +121,8 @@ def test_a_str_signing_key_is_utf8_in_every_locale(tmp_path: Path) -> None:
     child = (
         "import sys\n"
         "from resumable import checkpointed\n"
-        "@checkpointed(store=sys.argv[1], run_id='r', signing_key='cl\\u00e9-secr\\u00e8te-longue')\n"
+        "@checkpointed(store=sys.argv[1], run_id='r',\n"
+        "              signing_key='cl\\u00e9-secr\\u00e8te-longue')\n"
         "def f(*, state=None):\n"
         "    yield 1\n"
         "    return sys.getfilesystemencoding()\n"
