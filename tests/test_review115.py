@@ -53,11 +53,26 @@ def test_the_save_at_return_holds_a_yielded_state(tmp_path: Path, every: Any) ->
 
 
 @pytest.mark.parametrize("option", ["connect_timeout", "read_timeout"])
-@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-inf"])
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-inf", "1e10"])
 def test_timeouts_that_are_not_finite_are_refused(option: str, value: str) -> None:
-    """They were accepted, and every request then failed as a retriable StoreError."""
+    """They were accepted, and every request then failed as a retriable StoreError
+    (1e10 too, past what a socket takes: review 116)."""
     with pytest.raises(ConfigurationError, match=option):
         open_store(f"s3://bucket/prefix?{option}={value}")
+
+
+def test_timeouts_as_numpy_numbers_are_taken_and_bools_refused() -> None:
+    """numpy numbers worked before 24cff95 refused them (review 116); True is no number
+    of seconds (it failed making the client, with advice about credentials)."""
+    import numpy as np
+
+    from resumable.stores._s3 import S3Store
+
+    store = S3Store("s3://bucket/prefix", read_timeout=np.int64(10),
+                    connect_timeout=np.float32(2.5))
+    assert store is not None
+    with pytest.raises(ConfigurationError, match="read_timeout=True"):
+        S3Store("s3://bucket/prefix", read_timeout=True)
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])

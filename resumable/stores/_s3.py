@@ -20,7 +20,7 @@ import builtins
 import hashlib
 import http.client
 import logging
-import math
+import numbers
 import os
 import random
 import re
@@ -98,6 +98,17 @@ _URL_OPTIONS = {
     "checksums": str,
 }
 _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
+_MAX_TIMEOUT = 1e6  # seconds (11 days): a socket takes at most ~9.2e9, botocore less
+
+
+def _seconds(url: str, option: str, value: Any) -> float:
+    """A timeout option as seconds: a real number above 0 and at most _MAX_TIMEOUT."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        seconds = float(value)
+        if 0 < seconds <= _MAX_TIMEOUT:  # (false for nan)
+            return seconds
+    raise ConfigurationError(f"{url}: {option}={value!r}; give a number of seconds above 0 "
+                             f"and at most {_MAX_TIMEOUT:,.0f}, e.g. 30")
 # S3's bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens, a letter
 # or digit at both ends, no "..", not an IP address. A name outside them can never
 # exist, so say so at once instead of sending requests that fail.
@@ -619,14 +630,10 @@ class S3Store:
         if multipart_threshold < 1:  # (it was made 1: every object went up in parts)
             raise ConfigurationError(f"{url}: multipart_threshold must be at least 1 byte "
                                      f"(the default is {DEFAULT_THRESHOLD})")
-        for option, seconds in (("connect_timeout", connect_timeout),
-                                ("read_timeout", read_timeout)):
-            # (nan or inf passed, and every request then failed as a StoreError: one a
-            # podFailurePolicy retries; review 115)
-            if not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
-                    and seconds > 0):
-                raise ConfigurationError(f"{url}: {option}={seconds!r}; give a number of "
-                                         "seconds greater than 0, e.g. 30")
+        # (nan, inf or 1e10 passed, and every request then failed as a StoreError: one a
+        # podFailurePolicy retries, blaming the credentials; reviews 115, 116)
+        connect_timeout = _seconds(url, "connect_timeout", connect_timeout)
+        read_timeout = _seconds(url, "read_timeout", read_timeout)
         if isinstance(checksums, str):
             if checksums.lower() not in ("on", "off", "true", "false", "1", "0"):
                 raise ConfigurationError(f"{url}: checksums={checksums!r}; use on or off")
