@@ -23,6 +23,7 @@ import collections
 import contextlib
 import copy
 import ctypes
+import hashlib
 import importlib
 import itertools
 import logging
@@ -130,13 +131,37 @@ def find(arguments: Mapping[str, Any]) -> Targets:
 
 
 def key_texts(keys: Iterable[Any]) -> list[str]:
-    """Dict keys as paths spell them: each key's repr, or ``#<position>`` where that
-    names an address (another in the next process) or is another key's too (review 114:
-    two operators printed ``Op(mutate)``; their generators shared one saved state)."""
+    """Dict keys as paths spell them: each key's repr, unless that names an address
+    (another in the next process) or is another key's too (review 114: two operators
+    printed ``Op(mutate)``, and their generators shared one saved state). Such a key is
+    spelled by its value: ``~`` and a digest of its run-id encoding (version 5, for good:
+    a later encoding must not move the paths), which does not depend on the dict's order,
+    as the run id does not (review 116: by position, a dict built in another order in the
+    next process had its generators' states swapped). A key without a stable value, or
+    of the same value as another, goes by its position."""
+    keys = list(keys)
     texts = [repr(key) for key in keys]
     counts = collections.Counter(texts)
-    return [f"#{i}" if counts[text] > 1 or ADDRESS.search(text) else text
-            for i, text in enumerate(texts)]
+    by_value = [i for i, text in enumerate(texts) if counts[text] > 1 or ADDRESS.search(text)]
+    if not by_value:
+        return texts
+    from ._runid import encode_value_as  # (it imports this module)
+
+    digests: dict[int, str | None] = {}
+    for i in by_value:
+        try:
+            encoded = encode_value_as(keys[i], f"key #{i}", KEY_ENCODING)
+        except Exception:  # (no stable value: a lock, a socket)
+            digests[i] = None
+        else:
+            digests[i] = "~" + hashlib.sha256(encoded).hexdigest()[:16]
+    alike = collections.Counter(digests.values())
+    for i, digest in digests.items():
+        texts[i] = digest if digest is not None and alike[digest] == 1 else f"#{i}"
+    return texts
+
+
+KEY_ENCODING = 5  # the run-id encoding that spells dict keys by value (see key_texts)
 
 
 # -- RNG arguments that the state holds too ----------------------------------------------

@@ -366,12 +366,20 @@ class HeldRngs:
         saved = state.get(HELD_RNGS) if isinstance(state, dict) else None
         if isinstance(saved, SavedRngs):
             for path, obj in self.targets:
-                if path in saved.states:
-                    try:
-                        _rng._set(obj, saved.states[path])
-                    except Exception as err:  # (another kind of generator there now)
-                        log.warning("could not restore the RNG %s in place (%s); it goes on "
-                                    "from its state in this process", path, err)
+                if path not in saved.states:
+                    # (as the decorator warns: the call holds it elsewhere than when the
+                    # checkpoint was saved, e.g. under a dict key spelled otherwise then)
+                    if saved.states:
+                        log.warning("the checkpoint has no state for the RNG %s (it has %s); "
+                                    "it goes on from its state in this process, so the run "
+                                    "may not be bit-identical", path,
+                                    ", ".join(sorted(saved.states)))
+                    continue
+                try:
+                    _rng._set(obj, saved.states[path])
+                except Exception as err:  # (another kind of generator there now)
+                    log.warning("could not restore the RNG %s in place (%s); it goes on "
+                                "from its state in this process", path, err)
         self.attach(state)
 
 

@@ -1,0 +1,56 @@
+"""A child process of tests/test_review116.py: a run whose RNG arguments sit under dict
+keys spelled by value, built in the order the command line says."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from resumable import checkpointed
+
+
+class Op:
+    """An operator used as a key: printed by its kind (or, ``address``, not at all)."""
+
+    def __init__(self, kind: str, rate: float) -> None:
+        self.kind, self.rate = kind, rate
+
+    def __repr__(self) -> str:
+        return f"Op({self.kind})"
+
+
+class AddressOp:
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+
+
+def evolve(rngs: dict[Any, Any], n: int, *, state: Any = None) -> Any:
+    state = state or {"g": 0, "draws": []}
+    while state["g"] < n:
+        state["g"] += 1
+        state["draws"].append(sorted((op.rate, float(r.random())) for op, r in rngs.items()))
+        yield state
+    return state["draws"]
+
+
+def make(order: str, keys: str) -> dict[Any, Any]:
+    a, b = (Op("mutate", 0.1), Op("mutate", 0.2)) if keys == "alike" else (
+        AddressOp(0.1), AddressOp(0.2))
+    pairs = [(a, np.random.default_rng(1)), (b, np.random.default_rng(2))]
+    return dict(pairs if order == "AB" else pairs[::-1])
+
+
+if __name__ == "__main__":
+    role, store, order, keys = sys.argv[1:]
+    f = checkpointed(store=store)(evolve)
+    rngs = make(order, keys)
+    if role == "part":
+        it = f.iter(rngs, 4)
+        for _ in range(2):
+            s = next(it)
+        it.close()  # (saves the state it holds: step 2)
+        print("stopped at step", s["g"])
+    else:
+        print(f(rngs, 4))
