@@ -534,12 +534,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "newest_created": None,
             "newest_bytes": None,
             "newest_problem": None,
+            "newest_newer": False,  # (its problem: a newer resumable wrote it)
             "header_checked": read_headers and ckpt is not None,
         }
         if ckpt is not None and read_headers:
             info = headers[run_id]
             row.update(newest_created=info.created, newest_bytes=info.bytes,
-                       newest_problem=None if info.gone else info.problem)
+                       newest_problem=None if info.gone else info.problem,
+                       newest_newer=info.newer and not info.gone)
         elif ckpt is not None:
             item = about[f"{run_id}/{ckpt}"]
             row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
@@ -556,12 +558,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
           r["attempts"],
           ("newer" if r["result_newer"] else "damaged") if r["result_problem"]
           else "yes" if r["complete"] else "no",
-          _age(r["newest_created"]) + (" (damaged)" if r["newest_problem"] else ""),
+          _age(r["newest_created"]) + ((" (newer)" if r["newest_newer"] else " (damaged)")
+                                       if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
     note = ("" if args.check or listed is None
             else "; `ls --check` reads their headers too, `verify` checks a run fully")
     print(f"\n{len(rows)} run(s) in {store.url}; SIZE is the newest checkpoint's{note}")
+    newer = [r["run_id"] for r in rows if r["newest_newer"] and not r["result_newer"]]
+    if newer:
+        print(f"AGE (newer): the newest checkpoint of {', '.join(map(repr, newer[:3]))}"
+              f"{' and more' if len(newer) > 3 else ''} was written by a newer resumable; "
+              "upgrade resumable to resume the run")
     newer = [r["run_id"] for r in rows if r["result_newer"]]
     if newer:
         print(f"COMPLETE newer: the result of {', '.join(map(repr, newer[:3]))}"
@@ -650,9 +658,10 @@ def cmd_show(args: argparse.Namespace) -> int:
              for n in names]
     _confirm_gone(store, args.run_id, infos)
     history = _history(args.run_id, records)
-    attempts, failing, unchecked = _verified_attempts(store, args.run_id, infos, whole, key)
+    attempts, failing, unchecked, by_newer = _verified_attempts(store, args.run_id, infos,
+                                                                whole, key)
     complete, result_problem, status = _result_status(store, args, infos, whole, key,
-                                                      attempts, unchecked)
+                                                      attempts, unchecked, by_newer)
     if args.json:
         print(json.dumps({"store": store.url, "run_id": args.run_id,
                           "objects": [asdict(i) for i in infos], "history": history,
@@ -681,7 +690,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInfo],
                    whole: dict[str, Any], key: bytes | None, attempts: list[int],
-                   unchecked: Sequence[int] = ()) -> tuple[bool, str | None, str]:
+                   unchecked: Sequence[int] = (),
+                   by_newer: Sequence[int] = ()) -> tuple[bool, str | None, str]:
     """(completed, why the result fails verification or None, the `complete:` line).
 
     Without --verify a result of up to 64 KiB is held whole by its header read and is
@@ -713,20 +723,28 @@ def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInf
             f"no: attempt {max(newer)} started after the result (written by attempt "
             f"{result.epoch}), and may be extending the run; its record is intact but its "
             f"signature does not check with ${_key_env(args)}: set it to the run's key")
+    newer = [e for e in by_newer if e > (result.epoch or 0)]
+    if newer:  # (review 116: "yes" here, while `ls` and `rm --completed` kept the run)
+        return False, None, (
+            f"no: attempt {max(newer)} started after the result (written by attempt "
+            f"{result.epoch}), and may be extending the run; a newer resumable wrote its "
+            "record: upgrade resumable to read it")
     return True, None, "yes" + ("" if checked else " (the result's header was read; "
                                 "`show --verify` verifies it whole)")
 
 
 def _verified_attempts(store: Store, run_id: str, infos: list[ObjectInfo],
                        claims: dict[str, Any],
-                       key: bytes | None) -> tuple[list[int], list[str], list[int]]:
+                       key: bytes | None
+                       ) -> tuple[list[int], list[str], list[int], list[int]]:
     """The epochs of the run's attempt records that verify (checksum; the signature too
-    with ``key``), the names of those that do not, and the epochs among those whose
-    record is intact but fails only its signature check (another key, or none). The
+    with ``key``), the names of those that do not, the epochs among those whose
+    record is intact but fails only its signature check (another key, or none), and
+    those a newer resumable wrote (a format this one cannot read). The
     records are a few hundred bytes, so the header reads of `show` hold them whole: no
     request more. One larger than a header read is no record the library writes, and
     fails."""
-    epochs, failing, unchecked = [], [], []
+    epochs, failing, unchecked, by_newer = [], [], [], []
     result = next((i for i in infos if i.name == RESULT), None)
     for info in infos:
         if _kind_of(info.name) != "epoch":
@@ -738,11 +756,13 @@ def _verified_attempts(store: Store, run_id: str, infos: list[ObjectInfo],
                 epochs.append(int(info.name[len(EPOCH):]))
                 continue
         except _format.InvalidObject as err:
-            if (err.tampered and result is not None
+            if err.newer:
+                by_newer.append(int(info.name[len(EPOCH):]))
+            elif (err.tampered and result is not None
                     and _claims_run(store, run_id, info.name, data, key, result)):
                 unchecked.append(int(info.name[len(EPOCH):]))
         failing.append(info.name)
-    return epochs, failing, unchecked
+    return epochs, failing, unchecked, by_newer
 
 
 def _foreign(info: ObjectInfo) -> bool:
