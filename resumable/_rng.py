@@ -23,6 +23,7 @@ import collections
 import contextlib
 import copy
 import ctypes
+import enum
 import hashlib
 import importlib
 import itertools
@@ -33,7 +34,7 @@ import struct
 import sys
 import threading
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _numpy
@@ -122,45 +123,65 @@ def find(arguments: Mapping[str, Any]) -> Targets:
             for i, item in enumerate(value):
                 add(f"{name}[{i}]", item)
         elif isinstance(value, dict):
-            for text, item in zip(key_texts(value), value.values(), strict=True):
-                add(f"{name}[{text}]", item)
+            held = [(i, key, item) for i, (key, item) in enumerate(value.items())
+                    if _kind(item) is not None]
+            if held:
+                texts = key_texts([(i, key) for i, key, _ in held])
+                for text, (_, _, item) in zip(texts, held, strict=True):
+                    add(f"{name}[{text}]", item)
         else:
             for attr, item in _attributes(value):
                 add(f"{name}.{attr}", item)
     return targets
 
 
-def key_texts(keys: Iterable[Any]) -> list[str]:
-    """Dict keys as paths spell them: each key's repr, unless that names an address
-    (another in the next process) or is another key's too (review 114: two operators
-    printed ``Op(mutate)``, and their generators shared one saved state). Such a key is
-    spelled by its value: ``~`` and a digest of its run-id encoding (version 5, for good:
-    a later encoding must not move the paths), which does not depend on the dict's order,
-    as the run id does not (review 116: by position, a dict built in another order in the
-    next process had its generators' states swapped). A key without a stable value, or
-    of the same value as another, goes by its position."""
-    keys = list(keys)
-    texts = [repr(key) for key in keys]
+def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
+    """How paths spell the keys of the dict entries under which RNGs were found, given as
+    (position in the dict, key): only those, so that a dict of many keys holding no RNG
+    costs nothing (review 117: a graph's nodes as keys, each referring to the graph).
+
+    A key whose repr is the same in every process and no other's here (str, numbers,
+    None, bytes, enum members, tuples of these) is spelled by it, ``streams['mutation']``.
+    Any other (review 114: two operators printed ``Op(mutate)``; review 117: a frozenset
+    of str prints in hash order; an object prints its address) by its value: ``~`` and
+    a digest of its run-id encoding (version 5, for good: a later encoding must not move
+    the paths). That does not depend on the dict's order, as the run id does not (review
+    116: by position, a dict built in another order had its generators' states swapped).
+    A key without a stable value, of the same value as another, or too large to encode
+    (over ``KEY_BUDGET`` containers), goes by its position, ``#2``."""
+    texts = [repr(key) for _, key in entries]
     counts = collections.Counter(texts)
-    by_value = [i for i, text in enumerate(texts) if counts[text] > 1 or ADDRESS.search(text)]
+    by_value = [n for n, ((_, key), text) in enumerate(zip(entries, texts, strict=True))
+                if counts[text] > 1 or not _reproducible(key) or ADDRESS.search(text)]
     if not by_value:
         return texts
-    from ._runid import encode_value_as  # (it imports this module)
+    from ._runid import encode_within  # (it imports this module)
 
     digests: dict[int, str | None] = {}
-    for i in by_value:
+    for n in by_value:
+        position, key = entries[n]
         try:
-            encoded = encode_value_as(keys[i], f"key #{i}", KEY_ENCODING)
-        except Exception:  # (no stable value: a lock, a socket)
-            digests[i] = None
+            encoded = encode_within(key, f"key #{position}", KEY_ENCODING, KEY_BUDGET)
+        except Exception:  # (no stable value: a lock, a socket; or over the budget)
+            digests[n] = None
         else:
-            digests[i] = "~" + hashlib.sha256(encoded).hexdigest()[:16]
+            digests[n] = "~" + hashlib.sha256(encoded).hexdigest()[:16]
     alike = collections.Counter(digests.values())
-    for i, digest in digests.items():
-        texts[i] = digest if digest is not None and alike[digest] == 1 else f"#{i}"
+    for n, digest in digests.items():
+        texts[n] = digest if digest is not None and alike[digest] == 1 else f"#{entries[n][0]}"
     return texts
 
 
+def _reproducible(key: Any) -> bool:
+    """Whether ``key``'s repr is the same in every process (not a set's hash order)."""
+    if type(key) in (str, int, float, bool, bytes, complex, type(None)):
+        return True
+    if isinstance(key, enum.Enum):
+        return True  # (an address in its repr is caught by ADDRESS)
+    return type(key) is tuple and all(_reproducible(item) for item in key)
+
+
+KEY_BUDGET = 10_000  # containers one key's encoding may meet, else it goes by position
 KEY_ENCODING = 5  # the run-id encoding that spells dict keys by value (see key_texts)
 
 

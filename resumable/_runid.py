@@ -95,6 +95,7 @@ class _Encoder:
         self._classes: dict[tuple[type, int], tuple[bytes, frozenset[int]]] = {}
         self._entered: list[int] = []  # ids of the containers encoded, in order
         self._slots: dict[type, list[str]] = {}  # a class's slot names (encoding 5)
+        self.budget: int | None = None  # containers left to encode (encode_within)
 
     def encode(self, obj: Any, path: str) -> bytes:
         out = bytearray()
@@ -122,6 +123,10 @@ class _Encoder:
         if key in self._active:  # a cycle: refer to the level where obj started
             out += f"ref:{self._active[key]};".encode()
             return
+        if self.budget is not None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise OverBudget
         self._active[key] = depth
         self._entered.append(key)
         try:
@@ -697,6 +702,18 @@ def encode_value_as(value: Any, path: str, encoding: int) -> bytes:
     """The encoding of ``value`` as version ``encoding`` of it did (to check older
     records and find runs older versions derived)."""
     return _Encoder(encoding=encoding).encode(value, path)
+
+
+class OverBudget(Exception):
+    """``encode_within`` met more containers than its budget."""
+
+
+def encode_within(value: Any, path: str, encoding: int, budget: int) -> bytes:
+    """Like ``encode_value_as``, or OverBudget after ``budget`` containers (the same
+    value meets the same count in every process)."""
+    encoder = _Encoder(encoding=encoding)
+    encoder.budget = budget
+    return encoder.encode(value, path)
 
 
 def encode_leniently(value: Any, path: str, encoding: int = ENCODING) -> bytes:

@@ -30,12 +30,33 @@ def evolve(rngs: dict[Any, Any], n: int, *, state: Any = None) -> Any:
     state = state or {"g": 0, "draws": []}
     while state["g"] < n:
         state["g"] += 1
-        state["draws"].append(sorted((op.rate, float(r.random())) for op, r in rngs.items()))
+        state["draws"].append(sorted((getattr(op, "rate", None) or sorted(op),
+                                      float(r.random())) for op, r in rngs.items()))
         yield state
     return state["draws"]
 
 
+class SetOp:
+    """Operators named by a frozenset of str: printed in hash order (review 117)."""
+
+    def __init__(self, names: frozenset[str], rate: float) -> None:
+        self.names, self.rate = names, rate
+
+    def __hash__(self) -> int:
+        return hash(self.names)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SetOp) and other.names == self.names
+
+    def __repr__(self) -> str:
+        return f"SetOp({self.names!r})"
+
+
 def make(order: str, keys: str) -> dict[Any, Any]:
+    if keys == "frozenset":
+        a, b = (frozenset({"select", "crossover", "mutate"}), frozenset({"migrate", "repair"}))
+        pairs = [(a, np.random.default_rng(1)), (b, np.random.default_rng(2))]
+        return dict(pairs if order == "AB" else pairs[::-1])
     a, b = (Op("mutate", 0.1), Op("mutate", 0.2)) if keys == "alike" else (
         AddressOp(0.1), AddressOp(0.2))
     pairs = [(a, np.random.default_rng(1)), (b, np.random.default_rng(2))]

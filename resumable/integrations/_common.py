@@ -11,6 +11,7 @@ import itertools
 import keyword
 import logging
 import random
+import re
 import types
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
@@ -408,6 +409,7 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
         globals_.add(id(np.random.mtrand._rand))
     found: list[tuple[str, Any]] = []
     seen: set[int] = set()
+    dicts: dict[int, dict[Any, Any]] = {}  # the dicts their paths went through, by id
     todo = collections.deque((name, obj, 0) for name, obj in holders.items())
     looked = 0
     while todo and looked < _HELD_NODES:
@@ -416,19 +418,43 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
         # (queued up to the cap only: a table of lists queued a million paths, review 103)
         room = max(0, min(_HELD_ITEMS, _HELD_NODES - looked - len(todo)))
         try:
-            children = _held_step(obj, path, depth, room, atoms, seen, globals_, found)
+            children = _held_step(obj, path, depth, room, atoms, seen, globals_, found, dicts)
         except Exception as err:  # (a proxy that raises on any look, review 103: the
             # search must never fail the call; such an object holds nothing found)
             log.debug("looking for RNGs: %s not followed: %s: %s", path,
                       type(err).__name__, err)
             continue
         todo.extend((p, v, depth + 1) for p, v in children[:room])
-    return found
+    return _spell_keys(found, dicts) if dicts else found
+
+
+# A dict key in a path while the search runs: its dict's id and its position, spelled
+# (by _rng.key_texts) only in the paths of the RNGs found, once the search is over
+_KEY = re.compile("\x00([0-9]+):([0-9]+)\x00")
+
+
+def _spell_keys(found: list[tuple[str, Any]],
+                dicts: dict[int, dict[Any, Any]]) -> list[tuple[str, Any]]:
+    """The paths of ``found`` with their dict keys spelled as the decorator spells them:
+    only the keys on those paths (review 117: spelling every key of a graph's dict, each
+    node referring to the graph, took minutes)."""
+    used: dict[int, set[int]] = collections.defaultdict(set)
+    for path, _ in found:
+        for mark in _KEY.finditer(path):
+            used[int(mark[1])].add(int(mark[2]))
+    spelled: dict[tuple[int, int], str] = {}
+    for ident, positions in used.items():
+        keys = list(itertools.islice(dicts[ident], max(positions) + 1))
+        entries = [(i, keys[i]) for i in sorted(positions)]
+        for (i, _), text in zip(entries, _rng.key_texts(entries), strict=True):
+            spelled[(ident, i)] = text
+    return [(_KEY.sub(lambda m: spelled[(int(m[1]), int(m[2]))], path), obj)
+            for path, obj in found]
 
 
 def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ...],
-               seen: set[int], globals_: set[int],
-               found: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+               seen: set[int], globals_: set[int], found: list[tuple[str, Any]],
+               dicts: dict[int, dict[Any, Any]]) -> list[tuple[str, Any]]:
     """One object of the search: recorded if it is an RNG, else its children (at most
     ``room``)."""
     if id(obj) in seen or isinstance(obj, atoms):
@@ -461,12 +487,11 @@ def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ..
     elif isinstance(obj, list | tuple):
         children = [(f"{path}[{i}]", v) for i, v in enumerate(obj[:room])]
     elif isinstance(obj, dict):
-        # (a key that prints as an address, <Source object at 0x...>, by its position:
-        # the path must be the same in the next process, review 103)
-        # (and keys that print alike: review 114)
-        items = list(itertools.islice(obj.items(), room))
-        children = [(f"{path}[{text}]", v) for text, (_, v)
-                    in zip(_rng.key_texts(k for k, _ in items), items, strict=True)]
+        # (keys spelled as the decorator spells them, once the search is over: see
+        # _spell_keys; reviews 103, 114, 116, 117)
+        dicts[id(obj)] = obj
+        children = [(f"{path}[\x00{id(obj)}:{i}\x00]", v)
+                    for i, v in enumerate(itertools.islice(obj.values(), room))]
     else:  # (as the decorator finds an argument's: its __dict__ and __slots__)
         children = [(f"{path}.{k}", v) for k, v in _rng._attributes(obj)[:room]]
     return children
