@@ -73,6 +73,11 @@ def test_timeouts_as_numpy_numbers_are_taken_and_bools_refused() -> None:
     assert store is not None
     with pytest.raises(ConfigurationError, match="read_timeout=True"):
         S3Store("s3://bucket/prefix", read_timeout=True)
+    from decimal import Decimal  # (and what float() takes; review 117)
+
+    assert S3Store("s3://bucket/prefix", read_timeout=Decimal("30")) is not None
+    with pytest.raises(ConfigurationError, match="read_timeout"):
+        S3Store("s3://bucket/prefix", read_timeout=10**400)
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])

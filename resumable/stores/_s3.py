@@ -20,7 +20,6 @@ import builtins
 import hashlib
 import http.client
 import logging
-import numbers
 import os
 import random
 import re
@@ -103,10 +102,14 @@ _MAX_TIMEOUT = 1e6  # seconds (11 days): a socket takes at most ~9.2e9, botocore
 
 def _seconds(url: str, option: str, value: Any) -> float:
     """A timeout option as seconds: a real number above 0 and at most _MAX_TIMEOUT."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        seconds = float(value)
-        if 0 < seconds <= _MAX_TIMEOUT:  # (false for nan)
-            return seconds
+    if not isinstance(value, (bool, str, bytes)):  # (numpy numbers, Decimal, Fraction)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        else:
+            if 0 < seconds <= _MAX_TIMEOUT:  # (false for nan)
+                return seconds
     raise ConfigurationError(f"{url}: {option}={value!r}; give a number of seconds above 0 "
                              f"and at most {_MAX_TIMEOUT:,.0f}, e.g. 30")
 # S3's bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens, a letter
