@@ -122,8 +122,9 @@ def _lenient_hash(name: str, value: Any, encoding: int = ENCODING) -> str:
 
 def _show(value: Any) -> str:
     """A short display for records and messages: scalars only (no secrets in bulk)."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
+    if value is None or isinstance(value, (bool, float)) or (
+            isinstance(value, int) and value.bit_length() <= 256):
+        return repr(value)  # (not an int of thousands of digits: past str's limit)
     if isinstance(value, str) and len(value) <= _SHOWN:
         return repr(value)
     return f"<{type(value).__qualname__}>"

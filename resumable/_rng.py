@@ -149,10 +149,11 @@ def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
     116: by position, a dict built in another order had its generators' states swapped).
     A key without a stable value, of the same value as another, or too large to encode
     (over ``KEY_BUDGET`` containers), goes by its position, ``#2``."""
-    texts = [repr(key) for _, key in entries]
-    counts = collections.Counter(texts)
-    by_value = [n for n, ((_, key), text) in enumerate(zip(entries, texts, strict=True))
-                if counts[text] > 1 or not _reproducible(key) or ADDRESS.search(text)]
+    spelled = [_spelling(key) for _, key in entries]
+    counts = collections.Counter(spelled)
+    by_value = [n for n, text in enumerate(spelled)
+                if text is None or counts[text] > 1 or ADDRESS.search(text)]
+    texts = [text or "" for text in spelled]
     if not by_value:
         return texts
     from ._runid import encode_within  # (it imports this module)
@@ -172,12 +173,25 @@ def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
     return texts
 
 
+def _spelling(key: Any) -> str | None:
+    """A key as a path spells it when that is the same in every process: an enum member
+    by its class and name (review 118: its repr holds its value's, a frozenset's in hash
+    order), a str, number, None, bytes or tuple of these by its repr; else None."""
+    if isinstance(key, enum.Enum):
+        cls = type(key)
+        return None if key.name is None else f"<{cls.__module__}.{cls.__qualname__}.{key.name}>"
+    if not _reproducible(key):
+        return None
+    try:
+        return repr(key)
+    except ValueError:  # (an int past sys.get_int_max_str_digits(): review 118)
+        return None
+
+
 def _reproducible(key: Any) -> bool:
     """Whether ``key``'s repr is the same in every process (not a set's hash order)."""
     if type(key) in (str, int, float, bool, bytes, complex, type(None)):
         return True
-    if isinstance(key, enum.Enum):
-        return True  # (an address in its repr is caught by ADDRESS)
     return type(key) is tuple and all(_reproducible(item) for item in key)
 
 

@@ -617,7 +617,10 @@ def _atom(obj: Any, out: bytearray) -> None:
     elif isinstance(obj, enum.Enum):
         out += f"enum:{_mod(type(obj).__module__)}.{tag}.{obj.name};".encode()
     elif isinstance(obj, int):
-        out += f"int:{obj};".encode()
+        try:
+            out += f"int:{obj};".encode()
+        except ValueError:  # (past sys.get_int_max_str_digits(), 4300 by default: hex)
+            out += f"int:x{obj:x};".encode()
     elif isinstance(obj, float):
         out += b"float:" + (b"nan" if math.isnan(obj) else struct.pack("<d", obj)) + b";"
     elif isinstance(obj, complex):

@@ -3,6 +3,7 @@ keys spelled by value, built in the order the command line says."""
 
 from __future__ import annotations
 
+import enum
 import sys
 from typing import Any
 
@@ -30,7 +31,7 @@ def evolve(rngs: dict[Any, Any], n: int, *, state: Any = None) -> Any:
     state = state or {"g": 0, "draws": []}
     while state["g"] < n:
         state["g"] += 1
-        state["draws"].append(sorted((getattr(op, "rate", None) or sorted(op),
+        state["draws"].append(sorted((getattr(op, "rate", None) or sorted(getattr(op, "value", op)),
                                       float(r.random())) for op, r in rngs.items()))
         yield state
     return state["draws"]
@@ -52,7 +53,17 @@ class SetOp:
         return f"SetOp({self.names!r})"
 
 
+class Region(enum.Enum):
+    """Members whose values print in hash order (review 118)."""
+
+    EU = frozenset({"de", "fr", "it", "es", "nl"})
+    NA = frozenset({"us", "ca", "mx"})
+
+
 def make(order: str, keys: str) -> dict[Any, Any]:
+    if keys == "enum":
+        pairs = [(Region.EU, np.random.default_rng(1)), (Region.NA, np.random.default_rng(2))]
+        return dict(pairs if order == "AB" else pairs[::-1])
     if keys == "frozenset":
         a, b = (frozenset({"select", "crossover", "mutate"}), frozenset({"migrate", "repair"}))
         pairs = [(a, np.random.default_rng(1)), (b, np.random.default_rng(2))]

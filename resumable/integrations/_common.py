@@ -441,14 +441,15 @@ def _spell_keys(found: list[tuple[str, Any]],
     used: dict[int, set[int]] = collections.defaultdict(set)
     for path, _ in found:
         for mark in _KEY.finditer(path):
-            used[int(mark[1])].add(int(mark[2]))
+            if int(mark[1]) in dicts:  # (not an attribute named like a mark: review 118)
+                used[int(mark[1])].add(int(mark[2]))
     spelled: dict[tuple[int, int], str] = {}
     for ident, positions in used.items():
         keys = list(itertools.islice(dicts[ident], max(positions) + 1))
         entries = [(i, keys[i]) for i in sorted(positions)]
         for (i, _), text in zip(entries, _rng.key_texts(entries), strict=True):
             spelled[(ident, i)] = text
-    return [(_KEY.sub(lambda m: spelled[(int(m[1]), int(m[2]))], path), obj)
+    return [(_KEY.sub(lambda m: spelled.get((int(m[1]), int(m[2])), m[0]), path), obj)
             for path, obj in found]
 
 
