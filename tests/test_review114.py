@@ -136,21 +136,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
+def _extendable(gens: int, crash_at: int | None = None, *, state: Any = None) -> Any:
+    """A body a call extends (``gens`` ignored), stopped at ``crash_at`` if given."""
+    state = state or {"g": 0}
+    while state["g"] < gens:
+        state["g"] += 1
+        if state["g"] == crash_at:
+            raise RuntimeError("pod preempted")
+        yield state
+    return state["g"]
+
+
 def test_rm_completed_leaves_a_run_a_newer_resumable_is_extending(tmp_path: Path) -> None:
     """A newer-format attempt record was taken for damage that "fences nothing": the run
     counted as completed and `rm --completed` deleted the newer version's work."""
     store = tmp_path / "store"
 
-    @checkpointed(store=str(store), every=1, ignore=["gens", "crash_at"], run_id="ga")
-    def evolve(gens: int, crash_at: int | None = None, *, state: Any = None) -> Any:
-        state = state or {"g": 0}
-        while state["g"] < gens:
-            state["g"] += 1
-            if state["g"] == crash_at:
-                raise RuntimeError("pod preempted")
-            yield state
-        return state["g"]
-
+    evolve = checkpointed(store=str(store), every=1, ignore=["gens", "crash_at"],
+                          run_id="ga")(_extendable)
     assert evolve(3) == 3
     with pytest.raises(RuntimeError):
         evolve(10, crash_at=6)  # attempt 2 extends the completed run
@@ -248,16 +251,8 @@ def test_verify_and_ls_say_upgrade_for_a_run_a_newer_resumable_wrote(
     "upgrade" (exit 78); a resume past newer checkpoints called them damaged."""
     store = tmp_path / "store"
 
-    @checkpointed(store=str(store), every=1, ignore=["gens", "crash_at"], run_id="ga")
-    def evolve(gens: int, crash_at: int | None = None, *, state: Any = None) -> Any:
-        state = state or {"g": 0}
-        while state["g"] < gens:
-            state["g"] += 1
-            if state["g"] == crash_at:
-                raise RuntimeError("pod preempted")
-            yield state
-        return state["g"]
-
+    evolve = checkpointed(store=str(store), every=1, ignore=["gens", "crash_at"],
+                          run_id="ga")(_extendable)
     evolve(3)
     for path in (store / "ga").iterdir():
         path.write_bytes(bytes(_newer(bytearray(path.read_bytes()))))
@@ -271,7 +266,7 @@ def test_verify_and_ls_say_upgrade_for_a_run_a_newer_resumable_wrote(
 
     other = tmp_path / "other"
     evolve2 = checkpointed(store=str(other), every=1, ignore=["gens", "crash_at"],
-                           run_id="ga")(evolve.__wrapped__)
+                           run_id="ga")(_extendable)
     evolve2(3)
     with pytest.raises(RuntimeError):
         evolve2(10, crash_at=6)

@@ -13,9 +13,8 @@ import pytest
 
 from resumable import checkpointed
 
+from .rng_keys_child import resumed_in_another_order
 from .test_format import _newer
-
-_CHILD = Path(__file__).with_name("rng_keys_child.py")
 
 
 @pytest.mark.parametrize("keys", ["alike", "address"])
@@ -24,15 +23,7 @@ def test_rng_keys_spelled_by_value_survive_another_dict_order(tmp_path: Path, ke
     that built the dict in another order (from a set, whose order follows addresses)
     restored each generator with the other's state (review 116)."""
 
-    def run(*args: str) -> str:
-        done = subprocess.run([sys.executable, str(_CHILD), *args, keys], capture_output=True,
-                              text=True, timeout=120, cwd=Path(__file__).parent.parent)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    reference = run("full", str(tmp_path / "a"), "AB")
-    assert run("part", str(tmp_path / "b"), "AB").strip() == "stopped at step 2"
-    assert run("full", str(tmp_path / "b"), "BA") == reference
+    resumed_in_another_order(tmp_path, keys)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

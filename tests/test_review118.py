@@ -3,9 +3,6 @@ hash order, big ints, attribute names that look like the search's key marks."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +11,14 @@ import numpy as np
 from resumable import checkpointed
 from resumable.integrations._common import _held_rngs
 
-_CHILD = Path(__file__).with_name("rng_keys_child.py")
+from .rng_keys_child import resumed_in_another_order
 
 
 def test_enum_keys_whose_value_prints_in_hash_order_are_restored(tmp_path: Path) -> None:
     """An enum member was spelled by its repr, which holds its value's: a frozenset's, in
     hash order; in the next process its generator was not restored (review 118)."""
 
-    def run(seed: str, *args: str) -> str:
-        done = subprocess.run([sys.executable, str(_CHILD), *args, "enum"],
-                              capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "PYTHONHASHSEED": seed})
-        assert done.returncode == 0, done.stderr
-        assert "no state for the RNG" not in done.stderr
-        return done.stdout
-
-    reference = run("1", "full", str(tmp_path / "a"), "AB")
-    assert run("1", "part", str(tmp_path / "b"), "AB").strip() == "stopped at step 2"
-    assert run("2", "full", str(tmp_path / "b"), "BA") == reference
+    resumed_in_another_order(tmp_path, "enum", seeds=("1", "2"))
 
 
 def test_a_big_int_argument_and_key_are_taken(tmp_path: Path) -> None:
