@@ -1587,15 +1587,21 @@ def test_a_fixed_run_started_under_encoding_3_resumes_under_4(tmp_path: Path) ->
     """A run whose identity record was written under encoding 3 (the code before
     0b9cacd) is checked with encoding 3's hashes: an argument that encoding 4 moved (a
     dataclass made at run time) is no difference (review 108: RunMismatchError)."""
+    resumes_under_an_older_record(tmp_path, _cfg_class()(), older=3)
+
+
+def resumes_under_an_older_record(tmp_path: Path, value: Any, older: int) -> None:
+    """A run named with run_id= stopped, its identity record rewritten as encoding
+    ``older`` wrote it (its hash of ``value``, which encoding ``older + 1`` moved, and its
+    version number), then resumed with ``value``: no RunMismatchError."""
     from resumable._identity import _hash
     from resumable._run import Run
     from resumable._runid import ENCODING, encode_value_as
 
-    Cfg = _cfg_class()
     stop = [2]
 
     @checkpointed(store=str(tmp_path), run_id="fixed-run", ignore=["stop"])
-    def job(cfg: Any, stop: list[int], *, state: Any = None) -> Any:
+    def job(value: Any, stop: list[int], *, state: Any = None) -> Any:
         state = state or {"i": 0}
         while state["i"] < 4:
             state["i"] += 1
@@ -1605,17 +1611,16 @@ def test_a_fixed_run_started_under_encoding_3_resumes_under_4(tmp_path: Path) ->
         return state["i"]
 
     with pytest.raises(RuntimeError):
-        job(Cfg(), stop)
+        job(value, stop)
     run = Run(open_store(str(tmp_path)), "fixed-run")
     record = run.read_record("identity", "identity")
     assert record is not None and record["encoding"] == ENCODING
-    # As encoding 3 wrote it: its hash of the argument, its version number
-    record["arguments"]["cfg"] = _hash(encode_value_as(Cfg(), "cfg", 3))
-    assert record["arguments"]["cfg"] != _hash(encode_value_as(Cfg(), "cfg", 4))
-    record["encoding"] = 3
+    record["arguments"]["value"] = _hash(encode_value_as(value, "value", older))
+    assert record["arguments"]["value"] != _hash(encode_value_as(value, "value", older + 1))
+    record["encoding"] = older
     run.write_record("identity", "identity", record)
     stop[0] = 0
-    assert job(Cfg(), stop) == 4
+    assert job(value, stop) == 4
 
 
 @pytest.mark.parametrize("where", ["argument", "state too"])

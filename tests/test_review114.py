@@ -15,6 +15,7 @@ import pytest
 from resumable import checkpointed
 
 from .test_format import _newer
+from .test_identity import resumes_under_an_older_record
 
 
 class SlottedIndividual(list):  # type: ignore[type-arg]
@@ -214,35 +215,7 @@ def test_a_fixed_run_started_under_encoding_4_resumes_under_5(tmp_path: Path) ->
     """A run named with run_id= whose record encoding 4 wrote: an argument whose bytes
     encoding 5 moved (a slotted attribute) is checked with encoding 4's hash, no
     RunMismatchError."""
-    from resumable._identity import _hash
-    from resumable._run import Run
-    from resumable._runid import encode_value_as
-    from resumable.stores import open_store
-
-    genome = SlottedIndividual([1.0, 2.0], 0.5)
-    stop = [2]
-
-    @checkpointed(store=str(tmp_path), run_id="fixed-run", ignore=["stop"])
-    def job(genome: Any, stop: list[int], *, state: Any = None) -> Any:
-        state = state or {"i": 0}
-        while state["i"] < 4:
-            state["i"] += 1
-            yield state
-            if state["i"] == stop[0]:
-                raise RuntimeError("stop")
-        return state["i"]
-
-    with pytest.raises(RuntimeError):
-        job(genome, stop)
-    run = Run(open_store(str(tmp_path)), "fixed-run")
-    record = run.read_record("identity", "identity")
-    assert record is not None
-    record["arguments"]["genome"] = _hash(encode_value_as(genome, "genome", 4))
-    assert record["arguments"]["genome"] != _hash(encode_value_as(genome, "genome", 5))
-    record["encoding"] = 4
-    run.write_record("identity", "identity", record)
-    stop[0] = 0
-    assert job(genome, stop) == 4
+    resumes_under_an_older_record(tmp_path, SlottedIndividual([1.0, 2.0], 0.5), older=4)
 
 
 def test_verify_and_ls_say_upgrade_for_a_run_a_newer_resumable_wrote(
