@@ -466,8 +466,7 @@ class _Execution:
         if not (force or self.terminate or self.every_yield or self.opts.every.due(
                 step, time.monotonic() - self.last_save if self.timed else 0.0)):
             return
-        if step == self.durable_step or (self.last_snap is not None
-                                          and self.last_snap.step == step):
+        if self._snapshotted(step):
             if force or self.terminate:  # the last snapshot is this state: older go
                 self._end_children(keep=self.last_snap)
             return
@@ -602,8 +601,9 @@ class _Execution:
             self._save(snap)
 
     def _snapshotted(self, step: int) -> bool:
-        """Whether the state yielded at ``step`` is saved or held in a snapshot."""
-        return step == self.durable_step or step == self.submitted_step or (
+        """Whether the state yielded at ``step`` is saved or held in a snapshot (a
+        submitted one is the last snapshot until the next, or saved in place: durable)."""
+        return step == self.durable_step or (
             self.last_snap is not None and self.last_snap.step == step)
 
     def _end_children(self, keep: Snapshot | None = None) -> None:
