@@ -170,9 +170,11 @@ def test_ls_scale_quick(tmp_path: Path) -> None:
 def test_resume_speed_quick(tmp_path: Path) -> None:
     doc = run_quick("resume_speed", tmp_path)
     for case in doc["cases"]:
-        for which in ("resumable", "joblib"):
+        for which in ("resumable", "joblib", "pickle"):
             assert finite(case[which]["median"]) and case[which]["min"] <= case[which]["max"]
         assert finite(case["ratio"]) and case["target"] == 1.2
+        assert finite(case["ratio_to_pickle"])
+    assert [c["individuals"] for c in doc["cases"]] == [0, 1_000]  # (8 MiB of numpy first)
 
 
 

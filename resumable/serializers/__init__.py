@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from .. import _format, _layout, _numpy
+from .. import _format, _gc, _layout, _numpy
 from .._aligned import realigned
 from .._errors import ConfigurationError, SerializationError
 from ..stores._base import Buffer
@@ -209,9 +209,10 @@ def _unlocked_copy(dst: Buffer, raw: Buffer) -> bool:
 
 
 def loads_frames(serializer: Serializer, frames: Sequence[memoryview]) -> Any:
-    if isinstance(serializer, PickleSerializer):
-        return serializer.loads_frames(frames)
-    return serializer.loads(bytes(frames[0]))
+    with _gc.paused():  # (nothing it builds is garbage: see _gc)
+        if isinstance(serializer, PickleSerializer):
+            return serializer.loads_frames(frames)
+        return serializer.loads(bytes(frames[0]))
 
 
 def _children(obj: Any) -> Iterator[tuple[str, Any]]:
