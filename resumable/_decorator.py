@@ -381,6 +381,11 @@ class _Execution:
         self.sigint_thread = 0  # the thread that called sigint_begin
         self.own_consumer = False  # states() consumed by __call__ (no user code between)
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
+        self.skipped_step = -1  # the last due yield not snapshotted: a large save uploaded
+        # multiprocessing workers alive at the last yield and at the SIGTERM: a yield after
+        # a signal ended one of them is not saved (see _signals.workers)
+        self.workers: tuple[Any, ...] = ()
+        self.workers_at_term: tuple[Any, ...] = ()
         self.interrupted = False  # no yield came in time: nothing the body yields is saved
         self.progress: Progress | None = None
         self.uploader = self._new_uploader()
@@ -431,6 +436,8 @@ class _Execution:
 
     def on_sigterm(self) -> None:
         self.terminate = True
+        if not self.workers_at_term:
+            self.workers_at_term = _signals.workers()
         if self.at_yield:  # the body yielded before the SIGTERM: only saving is left
             self.stopping = True  # (the snapshot may wait for a running save: one copy)
 
@@ -485,6 +492,7 @@ class _Execution:
             # second copy of a large state. Skip it; the schedule's next due yield (or,
             # for a duration, the next yield) is snapshotted instead.
             self.uploader.skipped += 1
+            self.skipped_step = step
             return
         if force or self.terminate:
             # This state is saved now, on the loop's thread: children still pickling
@@ -905,27 +913,39 @@ class _Execution:
             # starting loses nothing, its checkpoints stay for the next attempt.
             log.info("run %s not started: a SIGTERM came before it", run.where())
             raise _signals.terminated()
-        state, step, resumed = self._start()
-        if resumed is not None:
-            age = (datetime.now(UTC) - resumed.created).total_seconds()
-            name = resumed.key.rsplit("/", 1)[1]
-            by = parse_ckpt_name(name)
-            log.info("resuming run %s (attempt %d) from %s: step %d (saved %.0f s ago%s); %d "
-                     "generation(s) not run again", run.where(), run.epoch, name, step, age,
-                     f" by attempt {by[0]}" if by else "", step)
-        else:
-            log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
-            _identity.warn_if_older_version_derived_another(run, self.ident)
-        start_step = step
-        self.durable_step = step  # the checkpoint resumed from, or 0
-        self.thread = threading.current_thread()
-        last_state = state
-        failures = 0
-        progress = self.progress = self._progress(step)
-        gen = self._body(state)
+        self.thread = self.body_thread = threading.current_thread()
+        # Served by the SIGTERM handler from before the checkpoint is read (review 120: a
+        # SIGTERM during a long resume found no run and killed the process, status -15).
         _signals.enter(self)
         leaving: BaseException | None = None  # what the call ends with, if it raises
+        progress: Progress | None = None
+        gen: Generator[Any, None, Any] | None = None
+        start_step = 0
         try:
+            state, step, resumed = self._start()
+            self.durable_step = step  # the checkpoint resumed from, or 0
+            if self.terminate:
+                # Came while the checkpoint was read: no generation began, none is run.
+                self.stopping = True
+                log.warning("SIGTERM: run %s came while it was %s; its body is not started, "
+                            "and its checkpoints stand", run.where(),
+                            "resuming" if resumed is not None else "starting")
+                raise _signals.terminated()
+            if resumed is not None:
+                age = (datetime.now(UTC) - resumed.created).total_seconds()
+                name = resumed.key.rsplit("/", 1)[1]
+                by = parse_ckpt_name(name)
+                log.info("resuming run %s (attempt %d) from %s: step %d (saved %.0f s ago%s); "
+                         "%d generation(s) not run again", run.where(), run.epoch, name, step,
+                         age, f" by attempt {by[0]}" if by else "", step)
+            else:
+                log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
+                _identity.warn_if_older_version_derived_another(run, self.ident)
+            start_step = step
+            last_state = state
+            failures = 0
+            progress = self.progress = self._progress(step)
+            gen = self._body(state)
             while True:
                 # (the thread that runs the body now: an iterator may be handed to another
                 # thread; review 58. self.thread stays the one that began the run: the
@@ -946,9 +966,12 @@ class _Execution:
                             # written) started from a state never yielded (review 115).
                             newest = max(self._saved_step(), self.submitted_step,
                                          self.last_snap.step if self.last_snap else 0)
-                            log.info("run %s: step %d, its last, was not due, so it is not "
-                                     "saved (the body ran on after that yield): the newest "
-                                     "checkpoint is of step %d", run.where(), step, newest)
+                            why = ("was due, but not snapshotted while the previous save "
+                                   "still uploaded (a large state is not copied beside "
+                                   "it)" if self.skipped_step == step else "was not due")
+                            log.info("run %s: step %d, its last, %s, so it is not saved (the "
+                                     "body ran on after that yield): the newest checkpoint "
+                                     "is of step %d", run.where(), step, why, newest)
                     self._flush_last()
                     end_rng = self._capture_rng()
                     if end_rng is not None:
@@ -1000,6 +1023,18 @@ class _Execution:
                         "inner run within one generation (`for s in inner.iter(...)` to its "
                         "end, or close it), or make it a plain generator whose position "
                         "is part of the outer state; nothing of this generation was saved")
+                if self.terminate:
+                    ended = _signals.killed(self.workers, self.workers_at_term,
+                                            _signals.workers())
+                    if ended:
+                        self.stopping = True
+                        log.warning(
+                            "SIGTERM: run %s: step %d is not saved: multiprocessing "
+                            "worker(s) %s ended by a signal during its generation (a SIGTERM "
+                            "to the process group reaches a pool's workers), so its state "
+                            "may hold results computed around them; the last saved state "
+                            "stands", run.where(), step + 1, ", ".join(ended))
+                        raise _signals.terminated()
                 step += 1
                 failures = 0
                 last_state = self.held = yielded
@@ -1015,6 +1050,7 @@ class _Execution:
                     self._checkpoint(yielded, step, force=True)  # SIGTERM came meanwhile
                     raise _signals.terminated()
                 progress.advance(step, yielded)
+                self.workers = _signals.workers()  # (the next generation's pool)
                 self.within = _signals.consumer_body(self)
                 self.suspended = self.handed = True
                 if self.terminate:  # (a SIGTERM just before: flagged, as it found no consumer)
@@ -1102,8 +1138,10 @@ class _Execution:
                 if self.last_snap is not None:
                     cleanup.callback(self.last_snap.release)
                 cleanup.callback(self.uploader.close)
-                cleanup.callback(progress.close)
-                cleanup.callback(gen.close)
+                if progress is not None:
+                    cleanup.callback(progress.close)
+                if gen is not None:
+                    cleanup.callback(gen.close)
                 self.held = None
                 # The last save's job refers to this execution: kept, the pair would wait
                 # for the cycle collector, and with it the last snapshot (a copy of the

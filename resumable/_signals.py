@@ -180,19 +180,31 @@ def install_signal_handlers() -> None:
         _pinned = True
 
 
-def _install() -> bool:
+def _install(reinstall: bool = True) -> bool:
+    """Ours is the SIGTERM handler (True), or cannot be. ``reinstall``: also where ours was
+    installed and replaced since (not while runs are active: a body's own framework may
+    have replaced it on purpose)."""
     global _installed, _previous, _owner
-    if _installed:
+    if _installed and (not reinstall or _replaced() is None):
         return True
     if threading.current_thread() is not threading.main_thread():
         return False
     previous = signal.getsignal(signal.SIGTERM)
     if previous is signal.SIG_IGN or previous is None:
         return False  # ignored stays ignored; a handler set outside Python is left alone
+    # (installed before and replaced since: the application's handler, set after
+    # install_signal_handlers(), is chained as any other; review 120: it took the SIGTERM
+    # for good, and no run saved)
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
     _start_relay()
     return True
+
+
+def _replaced() -> Any:
+    """The handler that replaced ours since we installed it, else None."""
+    current = signal.getsignal(signal.SIGTERM)
+    return None if current is _handler else current
 
 
 # -- waking the main thread ---------------------------------------------------------------
@@ -321,7 +333,7 @@ def enter(run: Active) -> None:
             run.on_sigterm()
         try:
             _hook_exit()
-            if _install() or _warned:
+            if _install(reinstall=len(_runs) == 1) or _warned:
                 return
             if signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
                 return
@@ -329,6 +341,15 @@ def enter(run: Active) -> None:
             _runs.remove(run)
             raise
         _warned = True
+        replaced = _replaced() if _installed else None
+    if replaced is not None:
+        log.warning(
+            "run started in thread %r: the SIGTERM handler resumable.install_signal_handlers() "
+            "installed was replaced since (by %r), so a SIGTERM would not make this run save; "
+            "call resumable.install_signal_handlers() again from the main thread after "
+            "installing your own handler (it is called after the runs saved)",
+            threading.current_thread().name, replaced)
+        return
     log.warning(
         "run started in thread %r: SIGTERM handling needs a handler installed from the main "
         "thread, so a SIGTERM would kill this run without saving; call "
@@ -1148,6 +1169,54 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
         if err is not None:
             raise err
     _held_error, _ctrl_c_after = None, False
+
+
+# -- workers a group SIGTERM ended ---------------------------------------------------------
+# A SIGTERM to the process group (``kill -TERM -PGID``, ``tini -g``, dumb-init) reaches a
+# pool's workers too, and they die mid-task (forked ones get the default action back;
+# spawned ones have it). A body that catches the pool's error (a BrokenProcessPool) and
+# goes on, with a penalty for the evaluations that failed, yields a state computed
+# around them: saved, it would be resumed as if nothing had happened (review 120). So a
+# yield reached after a SIGTERM is not saved when one of the multiprocessing workers the
+# generation could use was ended by a signal: those alive at the previous yield (the
+# pool a GA keeps), at the SIGTERM, or now. A pool made and joined within the generation
+# before the handler ran escapes this (its workers are forgotten once joined).
+
+
+def workers() -> tuple[Any, ...]:
+    """This process's multiprocessing children not known to have ended: (process,) each.
+
+    Cheap enough for every yield: a look at multiprocessing's own set, no system call."""
+    mp = sys.modules.get("multiprocessing.process")
+    children = getattr(mp, "_children", None)
+    if not children:
+        return ()
+    try:
+        return tuple(p for p in tuple(children)
+                     if getattr(getattr(p, "_popen", None), "returncode", 0) is None)
+    except Exception:  # (not the multiprocessing it should be)
+        return ()
+
+
+def killed(*groups: tuple[Any, ...]) -> list[str]:
+    """Those of ``groups``' processes a signal has ended since, as "pid (SIGNAME)"."""
+    found, seen = [], set()
+    for group in groups:
+        for proc in group:
+            if id(proc) in seen:
+                continue
+            seen.add(id(proc))
+            try:
+                code = proc.exitcode  # (polls: a child ended but not yet waited for)
+            except Exception:
+                continue
+            if isinstance(code, int) and code < 0:
+                try:
+                    name = signal.Signals(-code).name
+                except ValueError:
+                    name = f"signal {-code}"
+                found.append(f"{proc.pid} ({name})")
+    return found
 
 
 def _after_fork_in_child() -> None:
