@@ -176,10 +176,15 @@ def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
 def _spelling(key: Any) -> str | None:
     """A key as a path spells it when that is the same in every process: an enum member
     by its class and name (review 118: its repr holds its value's, a frozenset's in hash
-    order), a str, number, None, bytes or tuple of these by its repr; else None."""
+    order), its module as run ids name it (review 119: a script's class is
+    ``__mp_main__``'s in a spawn worker), a str, number, None, bytes or tuple of these by
+    its repr; else None."""
     if isinstance(key, enum.Enum):
+        from ._runid import _mod  # (it imports this module)
+
         cls = type(key)
-        return None if key.name is None else f"<{cls.__module__}.{cls.__qualname__}.{key.name}>"
+        return None if key.name is None else (
+            f"<{_mod(cls.__module__)}.{cls.__qualname__}.{key.name}>")
     if not _reproducible(key):
         return None
     try:

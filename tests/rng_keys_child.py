@@ -34,6 +34,10 @@ def evolve(rngs: dict[Any, Any], n: int, *, state: Any = None) -> Any:
     state = state or {"g": 0, "draws": []}
     while state["g"] < n:
         state["g"] += 1
+        if "mutate" in rngs:  # (one generator under several names: drawn by one)
+            state["draws"].append(float(rngs["mutate"].random()))
+            yield state
+            continue
         state["draws"].append(sorted((getattr(op, "rate", None) or sorted(getattr(op, "value", op)),
                                       float(r.random())) for op, r in rngs.items()))
         yield state
@@ -64,6 +68,10 @@ class Region(enum.Enum):
 
 
 def make(order: str, keys: str) -> dict[Any, Any]:
+    if keys == "shared":  # (review 119: one generator under several keys)
+        rng = np.random.default_rng(7)
+        names = ["crossover", "mutate", "select"]
+        return {name: rng for name in (names if order == "AB" else names[::-1])}
     if keys == "enum":
         pairs = [(Region.EU, np.random.default_rng(1)), (Region.NA, np.random.default_rng(2))]
         return dict(pairs if order == "AB" else pairs[::-1])
@@ -77,10 +85,12 @@ def make(order: str, keys: str) -> dict[Any, Any]:
     return dict(pairs if order == "AB" else pairs[::-1])
 
 
-def resumed_in_another_order(store: Path, keys: str, seeds: tuple[str, str] = ("1", "1")) -> None:
+def resumed_in_another_order(store: Path, keys: str, seeds: tuple[str, str] = ("1", "1"),
+                             spawn: bool = False) -> None:
     """For tests: a run stopped at step 2 in one process (dict built A, B; hash seed
-    ``seeds[0]``), resumed in another (B, A; ``seeds[1]``), gives the uninterrupted run's
-    draws, with every generator restored (no warning)."""
+    ``seeds[0]``), resumed in another (B, A; ``seeds[1]``; ``spawn``: in a multiprocessing
+    spawn worker of it, which imports this script as ``__mp_main__``), gives the
+    uninterrupted run's draws, with every generator restored (no warning)."""
     def run(seed: str, *args: str) -> str:
         done = subprocess.run([sys.executable, __file__, *args, keys], capture_output=True,
                               text=True, timeout=120,
@@ -91,7 +101,12 @@ def resumed_in_another_order(store: Path, keys: str, seeds: tuple[str, str] = ("
 
     reference = run(seeds[0], "full", str(store / "a"), "AB")
     assert run(seeds[0], "part", str(store / "b"), "AB").strip() == "stopped at step 2"
-    assert run(seeds[1], "full", str(store / "b"), "BA") == reference
+    assert run(seeds[1], "spawned" if spawn else "full", str(store / "b"), "BA") == reference
+
+
+def _full(store: str, order: str, keys: str) -> str:
+    """The whole run (a spawn worker's task: this script is ``__mp_main__`` there)."""
+    return str(checkpointed(store=store)(evolve)(make(order, keys), 4))
 
 
 if __name__ == "__main__":
@@ -104,5 +119,10 @@ if __name__ == "__main__":
             s = next(it)
         it.close()  # (saves the state it holds: step 2)
         print("stopped at step", s["g"])
+    elif role == "spawned":
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            print(pool.apply(_full, (store, order, keys)))
     else:
         print(f(rngs, 4))
