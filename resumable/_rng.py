@@ -185,19 +185,37 @@ def _spelling(key: Any) -> str | None:
         cls = type(key)
         return None if key.name is None else (
             f"<{_mod(cls.__module__)}.{cls.__qualname__}.{key.name}>")
-    if not _reproducible(key):
-        return None
-    try:
-        return repr(key)
-    except ValueError:  # (an int past sys.get_int_max_str_digits(): review 118)
-        return None
+    return _repr(key)
 
 
-def _reproducible(key: Any) -> bool:
-    """Whether ``key``'s repr is the same in every process (not a set's hash order)."""
-    if type(key) in (str, int, float, bool, bytes, complex, type(None)):
-        return True
-    return type(key) is tuple and all(_reproducible(item) for item in key)
+_PLAIN = (str, int, float, bool, bytes, complex, type(None))
+
+
+def _repr(key: Any) -> str | None:
+    """``key``'s repr where that is the same in every process (not a set's hash order):
+    a str, number, None or bytes, a tuple of these; a numpy scalar that run ids take as
+    the Python value it derives from (np.float64, np.str_, np.bytes_, np.complex128) as
+    that value (review 119: a run keyed by ``np.linspace``'s floats and resumed with
+    their ``.tolist()``, one run id, found no state); else None."""
+    cls = type(key)
+    if cls in _PLAIN:
+        try:
+            return repr(key)
+        except ValueError:  # (an int past sys.get_int_max_str_digits(): review 118)
+            return None
+    if cls is tuple:
+        parts = []
+        for item in key:
+            part = _repr(item)
+            if part is None:
+                return None
+            parts.append(part)
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    from ._runid import _ATOMS, _atom_base  # (it imports this module)
+
+    if isinstance(key, _ATOMS) and cls.__module__ == "numpy":  # (as _runid's _plain_atom)
+        return _repr(_atom_base(cls)(key))
+    return None
 
 
 KEY_BUDGET = 10_000  # containers one key's encoding may meet, else it goes by position
