@@ -193,16 +193,20 @@ _PLAIN = (str, int, float, bool, bytes, complex, type(None))
 
 def _repr(key: Any) -> str | None:
     """``key``'s repr where that is the same in every process (not a set's hash order):
-    a str, number, None or bytes, a tuple of these; a numpy scalar that run ids take as
-    the Python value it derives from (np.float64, np.str_, np.bytes_, np.complex128) as
-    that value (review 119: a run keyed by ``np.linspace``'s floats and resumed with
-    their ``.tolist()``, one run id, found no state); else None."""
+    a str, number (an int below 10**4300), None or bytes, a tuple of these; a numpy
+    scalar that run ids take as the Python value it derives from (np.float64, np.str_,
+    np.bytes_, np.complex128) as that value (review 119: a run keyed by
+    ``np.linspace``'s floats and resumed with their ``.tolist()``, one run id, found no
+    state); else None."""
     cls = type(key)
+    if cls is int:
+        # (its digits below 10**4300, whatever the process's int_max_str_digits; by value
+        # from there, as run ids write it in hex: reviews 118, 119)
+        from ._runid import int_decimal  # (it imports this module)
+
+        return int_decimal(key)
     if cls in _PLAIN:
-        try:
-            return repr(key)
-        except ValueError:  # (an int past sys.get_int_max_str_digits(): review 118)
-            return None
+        return repr(key)
     if cls is tuple:
         parts = []
         for item in key:

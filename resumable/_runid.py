@@ -587,7 +587,17 @@ def _bulk(items: Sequence[Any], out: bytearray, np: Any) -> bool:
     global _FLOAT_ITEM
     kinds = set(map(type, items))
     if kinds == {int}:
-        out += b"".join([b"int:%d;" % v for v in items])
+        # %d, where it writes no int of 4,301 digits or more: under a limit of 4,300 or
+        # less (the default), or when none is that long (review 119)
+        limit = sys.get_int_max_str_digits()
+        if 0 < limit <= _DECIMAL_DIGITS or max(
+                max(items).bit_length(), min(items).bit_length()) <= _DECIMAL_BITS:
+            try:
+                out += b"".join([b"int:%d;" % v for v in items])
+                return True
+            except ValueError:  # (a process limit below 4300 digits: review 119)
+                pass
+        out += b"".join([b"int:" + _int_text(v).encode() + b";" for v in items])
         return True
     if kinds != {float}:
         return False
@@ -610,6 +620,40 @@ def _bulk(items: Sequence[Any], out: bytearray, np: Any) -> bool:
     return True
 
 
+# An int is written in decimal below 10**4300 (4,300 digits: str()'s default limit, as
+# encoding 5 wrote them under it), in hex from there (review 119: the choice followed the
+# process's limit, PYTHONINTMAXSTRDIGITS, so a restart with another setting started over)
+_DECIMAL_DIGITS = 4300
+_DECIMAL_BOUND = 10**_DECIMAL_DIGITS
+_DECIMAL_BITS = _DECIMAL_BOUND.bit_length() - 1  # ints of as many bits or fewer are below
+_CHUNK_DIGITS = 500  # (below the smallest limit a process may set, 640)
+_CHUNK = 10**_CHUNK_DIGITS
+
+
+def int_decimal(value: int) -> str | None:
+    """An int's decimal digits when it is below 10**4300 in magnitude, whatever the
+    process's int_max_str_digits; None from there."""
+    magnitude = -value if value < 0 else value
+    if magnitude.bit_length() > _DECIMAL_BITS and magnitude >= _DECIMAL_BOUND:
+        return None
+    try:
+        return str(value)
+    except ValueError:  # (a limit set below 4300 digits: in parts below it)
+        pass
+    parts = []
+    while magnitude >= _CHUNK:
+        magnitude, part = divmod(magnitude, _CHUNK)
+        parts.append(str(part).zfill(_CHUNK_DIGITS))
+    text = str(magnitude) + "".join(reversed(parts))
+    return "-" + text if value < 0 else text
+
+
+def _int_text(value: int) -> str:
+    """An int as run ids write it: decimal below 10**4300, else ``x`` and hex."""
+    text = int_decimal(value)
+    return f"x{value:x}" if text is None else text
+
+
 def _atom(obj: Any, out: bytearray) -> None:
     tag = type(obj).__qualname__
     if obj is None or isinstance(obj, bool):
@@ -617,10 +661,7 @@ def _atom(obj: Any, out: bytearray) -> None:
     elif isinstance(obj, enum.Enum):
         out += f"enum:{_mod(type(obj).__module__)}.{tag}.{obj.name};".encode()
     elif isinstance(obj, int):
-        try:
-            out += f"int:{obj};".encode()
-        except ValueError:  # (past sys.get_int_max_str_digits(), 4300 by default: hex)
-            out += f"int:x{obj:x};".encode()
+        out += f"int:{_int_text(obj)};".encode()
     elif isinstance(obj, float):
         out += b"float:" + (b"nan" if math.isnan(obj) else struct.pack("<d", obj)) + b";"
     elif isinstance(obj, complex):

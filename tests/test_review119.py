@@ -5,8 +5,12 @@ under several keys."""
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +100,77 @@ def test_a_run_keyed_by_linspace_resumes_keyed_by_its_tolist(
         tmp_path, lambda: {r: np.random.default_rng(i) for i, r in enumerate(rates)},
         lambda: {r: np.random.default_rng(i) for i, r in enumerate(rates.tolist())}, caplog)
     assert got == reference
+
+
+# -- D2, D5: ints past str()'s digit limit -----------------------------------------------
+
+_DIGITS = (600, 4300, 4301, 10000)
+
+
+def _ints() -> list[int]:
+    return [v for d in _DIGITS for v in (10 ** (d - 1) + 7, -(10 ** d - 1))]
+
+
+def test_a_list_of_ints_past_the_digit_limit_has_a_run_id(tmp_path: Path) -> None:
+    """64 ints or more are encoded in bulk, with b"%d": one past 4,300 digits raised
+    ValueError, with run_id= and ignore= too (review 119)."""
+    from resumable._runid import _atom, _bulk
+
+    def body(xs: Any, *, state: Any = None) -> Any:
+        yield 1
+        return len(xs)
+
+    big = [10**5000, *range(63)]
+    assert checkpointed(store=str(tmp_path / "a"))(body)(big) == 64
+    assert checkpointed(store=str(tmp_path / "b"), run_id="fixed")(body)(big) == 64
+    assert checkpointed(store=str(tmp_path / "c"), ignore=["xs"])(body)(big) == 64
+    for items in (big, _ints() * 8, [*range(60), 10**4299, -(10**4300), 2**14284, 2**14285]):
+        out = bytearray()
+        assert _bulk(items, out, np)
+        one_by_one = bytearray()
+        for v in items:
+            _atom(v, one_by_one)
+        assert out == one_by_one
+
+
+_CHILD = r"""
+import hashlib, json, sys
+from resumable._runid import _atom, _bulk, encode_value
+from resumable._rng import key_texts
+digits = [int(d) for d in sys.argv[1:]]
+values = [v for d in digits for v in (10 ** (d - 1) + 7, -(10 ** d - 1))]
+def h(b):
+    return hashlib.sha256(b).hexdigest()[:16]
+out = {
+    "each": [h(encode_value(v, "v")) for v in values],
+    "list": h(encode_value(values * 8, "v")),
+    "tuple": h(encode_value(tuple(values), "v")),
+    "keys": key_texts(list(enumerate(values))),
+    "tuple keys": key_texts([(0, (v, "a")) for v in values[:1]] + [(1, (values[-1],))]),
+}
+print(json.dumps(out))
+"""
+
+
+def test_int_run_ids_and_key_spellings_do_not_follow_the_digit_limit() -> None:
+    """An int's encoding was decimal where str() took it and hex where it raised, so the
+    run id and key spelling of a 600- to 10,000-digit int followed the process's
+    PYTHONINTMAXSTRDIGITS (a restart with another setting started over). Decimal below
+    10**4300 (encoding 5's bytes under the default limit), hex from there, whatever the
+    limit."""
+    outputs = {}
+    for limit in ("0", "640", None, "8000"):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONINTMAXSTRDIGITS"}
+        if limit is not None:
+            env["PYTHONINTMAXSTRDIGITS"] = limit
+        done = subprocess.run([sys.executable, "-c", _CHILD, *map(str, _DIGITS)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs[limit] = json.loads(done.stdout)
+    assert all(out == outputs[None] for out in outputs.values()), outputs
+    keys = outputs[None]["keys"]
+    assert keys[:4] == [repr(v) for v in _ints()[:4]]  # (by repr below 10**4300)
+    assert all(k.startswith("~") for k in keys[4:])  # (by value from there)
+    # (the bytes encoding 5 gave them under the default limit)
+    assert encode_value(10**4300 - 1, "v") == b"int:" + str(10**4300 - 1).encode() + b";"
+    assert encode_value(10**4300, "v") == b"int:x" + f"{10**4300:x}".encode() + b";"
