@@ -189,15 +189,16 @@ def _spelling(key: Any) -> str | None:
 
 
 _PLAIN = (str, int, float, bool, bytes, complex, type(None))
+_NAN_BITS = struct.pack(">d", float("nan"))
 
 
 def _repr(key: Any) -> str | None:
     """``key``'s repr where that is the same in every process (not a set's hash order):
-    a str, number (an int below 10**4300), None or bytes, a tuple of these; a numpy
-    scalar that run ids take as the Python value it derives from (np.float64, np.str_,
-    np.bytes_, np.complex128) as that value (review 119: a run keyed by
-    ``np.linspace``'s floats and resumed with their ``.tolist()``, one run id, found no
-    state); else None."""
+    a str, number (an int below 10**4300; a NaN of other bits than float("nan") by
+    them), None or bytes, a tuple of these; a numpy scalar that run ids take as the
+    Python value it derives from (np.float64, np.str_, np.bytes_, np.complex128) as that
+    value (review 119: a run keyed by ``np.linspace``'s floats and resumed with their
+    ``.tolist()``, one run id, found no state); else None."""
     cls = type(key)
     if cls is int:
         # (its digits below 10**4300, whatever the process's int_max_str_digits; by value
@@ -205,6 +206,14 @@ def _repr(key: Any) -> str | None:
         from ._runid import int_decimal  # (it imports this module)
 
         return int_decimal(key)
+    if cls is float and key != key:
+        # (a NaN of other bits than float("nan") is another run: spelled by them, review
+        # 119; repr says nan for every one)
+        bits = struct.pack(">d", key)
+        return "nan" if bits == _NAN_BITS else f"nan:{bits.hex()}"
+    if cls is complex and any(part != part and struct.pack(">d", part) != _NAN_BITS
+                              for part in (key.real, key.imag)):
+        return None  # (by value: its bits)
     if cls in _PLAIN:
         return repr(key)
     if cls is tuple:

@@ -71,7 +71,9 @@ _MAX_DEPTH = 100
 # 5 (review 114: each pair had one run id): the slots of list, tuple, dict, set, int,
 # float, complex, str and bytes subclasses (a genome's slotted ``sigma``), and a set
 # subclass's attributes; values without such attributes keep their bytes.
-ENCODING = 5
+# 6 (review 119: float("nan") and -float("nan") had one run id): a NaN by its bits, as an
+# array's are, except float("nan")'s own (math.nan, np.nan), which keeps its bytes.
+ENCODING = 6
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _FAST = frozenset(_ATOMS)
 
@@ -88,6 +90,7 @@ class _Encoder:
         self._active: dict[int, int] = {}  # id of a container on the current path -> depth
         self.encoding = encoding  # as that version of the encoding did (older records)
         self.legacy_paths = encoding == 1
+        self.nan_bits = encoding >= 6  # (a NaN other than float("nan") by its bits)
         self.paths = 0  # how many paths were encoded
         self.np = _numpy.loaded()  # once per encoding, not per container
         # a class's encoding at a depth, once made, with the containers it went through
@@ -117,7 +120,7 @@ class _Encoder:
             if self.encoding >= 4 and type(obj) not in _FAST and not self._plain_atom(obj):
                 self._atom_subclass(obj, out, path, depth)
                 return
-            _atom(obj, out)
+            _atom(obj, out, self.nan_bits)
             return
         key = id(obj)
         if key in self._active:  # a cycle: refer to the level where obj started
@@ -156,7 +159,7 @@ class _Encoder:
             if not (len(obj) >= _BULK and _bulk(obj, out, np)):
                 for i, item in enumerate(obj):
                     if type(item) in _FAST:  # skip building a path nobody reads
-                        _atom(item, out)
+                        _atom(item, out, self.nan_bits)
                     else:
                         enc(item, out, f"{path}[{i}]", depth)
             out += b"]"
@@ -337,7 +340,7 @@ class _Encoder:
         base: Any = _atom_base(type(obj))
         out += b"atomsub:"
         self._class(type(obj), out, path, depth)
-        _atom(base(obj), out)
+        _atom(base(obj), out, self.nan_bits)
         extra = self._instance_attrs(obj)
         if extra:
             out += b"attrs"
@@ -434,7 +437,7 @@ class _Encoder:
     def _sub(self, obj: Any, path: str, depth: int) -> bytes:
         buf = bytearray()
         if type(obj) in _FAST:
-            _atom(obj, buf)
+            _atom(obj, buf, self.nan_bits)
         else:
             self._encode(obj, buf, path, depth)
         return bytes(buf)
@@ -654,7 +657,12 @@ def _int_text(value: int) -> str:
     return f"x{value:x}" if text is None else text
 
 
-def _atom(obj: Any, out: bytearray) -> None:
+_NAN_BITS = struct.pack("<d", float("nan"))  # (the NaN that keeps b"float:nan;")
+
+
+def _atom(obj: Any, out: bytearray, nan_bits: bool = False) -> None:
+    """``nan_bits``: a NaN of other bits than float("nan") by them (encoding 6), not as
+    b"float:nan;" (a code object's constants keep that: code has no encoding version)."""
     tag = type(obj).__qualname__
     if obj is None or isinstance(obj, bool):
         out += f"{tag}:{obj!r};".encode()
@@ -663,7 +671,10 @@ def _atom(obj: Any, out: bytearray) -> None:
     elif isinstance(obj, int):
         out += f"int:{_int_text(obj)};".encode()
     elif isinstance(obj, float):
-        out += b"float:" + (b"nan" if math.isnan(obj) else struct.pack("<d", obj)) + b";"
+        bits = struct.pack("<d", obj)
+        if math.isnan(obj) and (not nan_bits or bits == _NAN_BITS):
+            bits = b"nan"
+        out += b"float:" + bits + b";"
     elif isinstance(obj, complex):
         out += b"complex:" + struct.pack("<dd", obj.real, obj.imag) + b";"
     elif isinstance(obj, str):

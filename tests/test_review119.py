@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,10 @@ import numpy as np
 import pytest
 
 from resumable import _rng, checkpointed
-from resumable._runid import encode_value
+from resumable._runid import encode_value, encode_value_as
 
 from .rng_keys_child import resumed_in_another_order
+from .test_identity import resumes_under_an_older_record
 
 
 def _evolve(streams: Any, n: int, *, state: Any = None) -> Any:
@@ -174,3 +176,101 @@ def test_int_run_ids_and_key_spellings_do_not_follow_the_digit_limit() -> None:
     # (the bytes encoding 5 gave them under the default limit)
     assert encode_value(10**4300 - 1, "v") == b"int:" + str(10**4300 - 1).encode() + b";"
     assert encode_value(10**4300, "v") == b"int:x" + f"{10**4300:x}".encode() + b";"
+
+
+# -- D6: NaN's bits ----------------------------------------------------------------------
+
+def _nan(bits: int) -> float:
+    value: float = struct.unpack("<d", struct.pack("<Q", bits))[0]
+    return value
+
+
+_CANONICAL = struct.unpack("<Q", struct.pack("<d", float("nan")))[0]
+
+
+class Celsius(float):
+    pass
+
+
+def test_nans_of_other_bits_are_other_runs(tmp_path: Path) -> None:
+    """Every NaN was b"float:nan;": f(-nan) returned f(nan)'s result (review 119)."""
+    import copy
+
+    @checkpointed(store=str(tmp_path))
+    def sign(x: Any, *, state: Any = None) -> Any:
+        yield 1
+        return math.copysign(1.0, x if not isinstance(x, complex) else x.real)
+
+    nan, negative, payload = float("nan"), -float("nan"), _nan(_CANONICAL | 5)
+    assert math.isnan(payload)
+    ids = {sign.run_id(v) for v in (nan, negative, payload)}
+    assert len(ids) == 3
+    assert sign(nan) == 1.0 and sign(negative) == -1.0
+    # the canonical NaN keeps encoding 5's bytes (its runs keep their ids)
+    assert encode_value(nan, "x") == encode_value_as(nan, "x", 5) == b"float:nan;"
+    assert encode_value(copy.copy(nan), "x") == b"float:nan;"
+    assert encode_value(math.nan, "x") == encode_value(np.nan, "x") == b"float:nan;"
+    assert encode_value([nan] * 70, "x") == encode_value_as([nan] * 70, "x", 5)
+    # as an array keeps them: numpy's float64, a list (in bulk or not), complex, subclass
+    assert encode_value(np.float64(negative), "x") == encode_value(negative, "x")
+    for n in (3, 70):
+        assert encode_value([negative] * n, "x") != encode_value([nan] * n, "x")
+    assert encode_value(complex(negative, 0), "x") != encode_value(complex(nan, 0), "x")
+    assert encode_value(Celsius(negative), "x") != encode_value(Celsius(nan), "x")
+    assert encode_value((1, negative), "x") != encode_value((1, nan), "x")
+
+
+def test_a_fixed_run_with_a_negative_nan_started_under_encoding_5_resumes(
+        tmp_path: Path) -> None:
+    resumes_under_an_older_record(tmp_path, [1.0, -float("nan")], older=5)
+
+
+def test_a_derived_run_of_a_negative_nan_under_encoding_5_is_pointed_out(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The call's id moved: it starts fresh, with a WARNING naming the run encoding 5
+    derived for it (as for the earlier encodings)."""
+    import hashlib
+
+    from resumable._runid import derive_run_id, encode_arguments
+
+    from .test_identity import _rewrite_identity_record
+
+    url = str(tmp_path / "store")
+    crash = [True]
+
+    def body(x: Any, *, state: Any = None) -> Any:
+        yield 1
+        if crash:
+            raise RuntimeError("the pod died")
+        return "done"
+
+    negative = -float("nan")
+    arguments = {"x": negative}
+    old = derive_run_id(body, arguments, None, encode_arguments(arguments, 5))
+    train = checkpointed(store=url)(body)
+    assert old != train.run_id(negative) and old == train.run_id(float("nan"))
+    with pytest.raises(RuntimeError):  # the run encoding 5 started, under that id
+        checkpointed(store=url, run_id=old)(body)(negative)
+
+    def as_encoding_5(record: dict[str, Any]) -> None:
+        record["encoding"] = 5
+        record["arguments"]["x"] = hashlib.sha256(
+            encode_value_as(negative, "x", 5)).hexdigest()[:16]
+
+    _rewrite_identity_record(url, old, as_encoding_5)
+    crash.clear()
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert train(negative) == "done"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"run_id={old!r}" in warnings[0], warnings
+
+
+def test_nan_keys_of_other_bits_are_spelled_apart() -> None:
+    nan, negative = float("nan"), -float("nan")
+    assert _rng.key_texts([(0, nan)]) == ["nan"]  # (as before)
+    assert _rng.key_texts([(0, negative)]) != ["nan"]
+    assert _rng.key_texts([(0, (1, negative))]) != _rng.key_texts([(0, (1, nan))])
+    assert _rng.key_texts([(0, complex(0, negative))]) != _rng.key_texts(
+        [(0, complex(0, nan))])
+    assert _rng.key_texts([(0, negative)]) == _rng.key_texts([(0, _nan(
+        struct.unpack("<Q", struct.pack("<d", negative))[0]))])
