@@ -107,32 +107,38 @@ def slot_names(cls: type) -> list[str]:
 
 
 def find(arguments: Mapping[str, Any]) -> Targets:
-    """The RNG objects of a call, by the rule in the module docstring, each once."""
-    targets: Targets = []
-    seen: set[int] = set()
+    """The RNG objects of a call, by the rule in the module docstring, each once: under
+    the least of the paths it is found under (review 119: one generator under several
+    dict keys was saved under the first in dict order, and a dict built in another
+    order, from a set, resumed without its state). Paths are ordered by argument, then
+    by position in a list or tuple, by spelled key in a dict, by name among attributes:
+    never by a dict's or ``__dict__``'s order."""
+    chosen: dict[int, tuple[tuple[Any, ...], str, Any]] = {}  # id -> (rank, path, RNG)
 
-    def add(path: str, obj: Any) -> None:
-        if _kind(obj) is not None and id(obj) not in seen:
-            seen.add(id(obj))
-            targets.append((path, obj))
+    def add(rank: tuple[Any, ...], path: str, obj: Any) -> None:
+        if _kind(obj) is not None:
+            known = chosen.get(id(obj))
+            if known is None or rank < known[0]:
+                chosen[id(obj)] = (rank, path, obj)
 
-    for name, value in arguments.items():
+    for n, (name, value) in enumerate(arguments.items()):
         if _kind(value) is not None:
-            add(name, value)
+            add((n,), name, value)
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                add(f"{name}[{i}]", item)
+                add((n, i), f"{name}[{i}]", item)
         elif isinstance(value, dict):
             held = [(i, key, item) for i, (key, item) in enumerate(value.items())
                     if _kind(item) is not None]
             if held:
                 texts = key_texts([(i, key) for i, key, _ in held])
                 for text, (_, _, item) in zip(texts, held, strict=True):
-                    add(f"{name}[{text}]", item)
+                    add((n, text), f"{name}[{text}]", item)
         else:
             for attr, item in _attributes(value):
-                add(f"{name}.{attr}", item)
-    return targets
+                add((n, attr), f"{name}.{attr}", item)
+    # (in the order of their ranks: a dict's order leaves the list as it is, too)
+    return [(path, obj) for _, path, obj in sorted(chosen.values(), key=lambda c: c[0])]
 
 
 def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:

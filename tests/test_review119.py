@@ -20,6 +20,7 @@ import pytest
 
 from resumable import _rng, checkpointed
 from resumable._runid import encode_value, encode_value_as
+from resumable.integrations._common import _held_rngs
 
 from .rng_keys_child import resumed_in_another_order
 from .test_identity import resumes_under_an_older_record
@@ -274,3 +275,58 @@ def test_nan_keys_of_other_bits_are_spelled_apart() -> None:
         [(0, complex(0, nan))])
     assert _rng.key_texts([(0, negative)]) == _rng.key_texts([(0, _nan(
         struct.unpack("<Q", struct.pack("<d", negative))[0]))])
+
+
+# -- D4: one generator under several keys ------------------------------------------------
+
+def test_a_generator_under_several_keys_is_restored_in_another_dict_order(
+        tmp_path: Path) -> None:
+    """Saved under the first key in dict order: a dict built in another order (from a set,
+    under another hash seed) looked for it under another key (review 119)."""
+    resumed_in_another_order(tmp_path, "shared", seeds=("1", "2"))
+
+
+class _Holder:
+    pass
+
+
+def _holder(names: list[str], rng: Any) -> _Holder:
+    h = _Holder()
+    for name in names:
+        setattr(h, name, rng)
+    return h
+
+
+def test_the_path_of_a_shared_generator_does_not_follow_dict_or_attribute_order() -> None:
+    rng = np.random.default_rng(1)
+    names = ["mutate", "crossover", "select", "b", "a"]
+    orders = [names, names[::-1], sorted(names)]
+    dicts = [_rng.find({"streams": {n: rng for n in order}}) for order in orders]
+    assert dicts[0] == dicts[1] == dicts[2] and len(dicts[0]) == 1
+    attrs = [_rng.find({"ga": _holder(order, rng)}) for order in orders]
+    assert attrs[0] == attrs[1] == attrs[2] and len(attrs[0]) == 1
+    # (a list's items: by position, as before; an argument before the next)
+    other = np.random.default_rng(2)
+    assert _rng.find({"rngs": [other, rng, rng]}) == [("rngs[0]", other), ("rngs[1]", rng)]
+    assert _rng.find({"b": rng, "a": {"x": rng}}) == [("b", rng)]
+
+
+def test_the_integrations_path_of_a_shared_generator_does_not_follow_dict_order() -> None:
+    rng = np.random.default_rng(1)
+    names = ["mutate", "crossover", "select"]
+    found = []
+    for order in (names, names[::-1]):
+        holder = _Holder()
+        holder.ops = {n: rng for n in order}  # type: ignore[attr-defined]
+        middle = _holder(["z"], rng)
+        holder.shared = {n: middle for n in order}  # type: ignore[attr-defined]
+        found.append(_held_rngs({"toolbox": holder}))
+        # (through a container met under several keys: the same path too)
+        via = _Holder()
+        via.table = {n: _holder(["rng"], rng) for n in ["x"]}  # type: ignore[attr-defined]
+        shared = _holder(["rng"], rng)
+        via.table = {n: shared for n in order}  # type: ignore[attr-defined]
+        found.append(_held_rngs({"problem": via}))
+    assert found[0] == found[2] and found[1] == found[3], found
+    assert [p for p, _ in found[0]] == ["toolbox.ops['crossover']"]
+    assert [p for p, _ in found[1]] == ["problem.table['crossover'].rng"]

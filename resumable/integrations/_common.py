@@ -399,7 +399,13 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
     draws from a generator it closes over or a script's global one). Not the
     global generators (the decorator captures those), not through modules or classes.
     Bounded: at most ``_HELD_NODES`` objects looked at, the first ``_HELD_ITEMS`` items of
-    a container (review 102: a problem holding 400,000 floats took 17 s a call)."""
+    a container (review 102: a problem holding 400,000 floats took 17 s a call).
+
+    An RNG is found at its least depth, under the least of the paths of that depth that
+    lead to it, spelled (review 119: one generator under several dict keys, or in an
+    object under several, was saved under the first in dict order, and a dict built in
+    another order resumed without its state): every way into an object at the depth it
+    was first met is kept, and the paths are made from them once the search is over."""
     atoms: tuple[type, ...] = (types.ModuleType, type, str, bytes, bytearray, int, float,
                                complex, bool, type(None), range, memoryview)
     np = _numpy.loaded()
@@ -408,24 +414,70 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
         atoms += (np.ndarray, np.generic, np.dtype)
         globals_.add(id(np.random.mtrand._rand))
     found: list[tuple[str, Any]] = []
-    seen: set[int] = set()
+    # id of an object looked at -> (its depth, the ways into it at that depth: the id
+    # of the object it was met in, None for a holder, and the step from there)
+    ways: dict[int, tuple[int, dict[tuple[int | None, str], None]]] = {}
     dicts: dict[int, dict[Any, Any]] = {}  # the dicts their paths went through, by id
-    todo = collections.deque((name, obj, 0) for name, obj in holders.items())
+    todo: collections.deque[tuple[int | None, str, str, Any, int]] = collections.deque(
+        (None, name, name, obj, 0) for name, obj in holders.items())
     looked = 0
     while todo and looked < _HELD_NODES:
-        path, obj, depth = todo.popleft()
+        parent, step, path, obj, depth = todo.popleft()
         looked += 1
+        known = ways.get(id(obj))
+        if known is not None:  # (met again: another way in, at the same depth)
+            if known[0] == depth:
+                known[1][(parent, step)] = None
+            continue
         # (queued up to the cap only: a table of lists queued a million paths, review 103)
         room = max(0, min(_HELD_ITEMS, _HELD_NODES - looked - len(todo)))
         try:
-            children = _held_step(obj, path, depth, room, atoms, seen, globals_, found, dicts)
+            if isinstance(obj, atoms):
+                continue
+            ways[id(obj)] = (depth, {(parent, step): None})
+            children = _held_step(obj, path, depth, room, globals_, found, dicts)
         except Exception as err:  # (a proxy that raises on any look, review 103: the
             # search must never fail the call; such an object holds nothing found)
             log.debug("looking for RNGs: %s not followed: %s: %s", path,
                       type(err).__name__, err)
             continue
-        todo.extend((p, v, depth + 1) for p, v in children[:room])
-    return _spell_keys(found, dicts) if dicts else found
+        todo.extend((id(obj), p[len(path):], p, v, depth + 1) for p, v in children[:room])
+    if not found:
+        return found
+    return _least_paths(found, ways, dicts)
+
+
+# Paths into one object made, at most: the least, unspelled (beyond it, a dict key's
+# mark in a path sorts by the dict's address, and the choice may follow the process)
+_HELD_WAYS = 64
+
+
+def _least_paths(found: list[tuple[str, Any]],
+                 ways: dict[int, tuple[int, dict[tuple[int | None, str], None]]],
+                 dicts: dict[int, dict[Any, Any]]) -> list[tuple[str, Any]]:
+    """Each RNG of ``found`` under the least of its paths of the depth it was found at,
+    once spelled."""
+    made: dict[int | None, list[str]] = {None: [""]}
+
+    def paths(ident: int) -> list[str]:
+        known = made.get(ident)
+        if known is None:
+            known = made[ident] = []  # (no way into an object leads through itself)
+            out = sorted({before + step for parent, step in ways[ident][1]
+                          for before in paths_of(parent)})
+            known.extend(out[:_HELD_WAYS])
+        return known
+
+    def paths_of(parent: int | None) -> list[str]:
+        return made[None] if parent is None else paths(parent)
+
+    every = [(path, obj) for _, obj in found for path in paths(id(obj))]
+    spelled = _spell_keys(every, dicts) if dicts else every
+    least: dict[int, tuple[str, Any]] = {}
+    for path, obj in spelled:
+        if id(obj) not in least or path < least[id(obj)][0]:
+            least[id(obj)] = (path, obj)
+    return [least[id(obj)] for _, obj in found]
 
 
 # A dict key in a path while the search runs: its dict's id and its position, spelled
@@ -453,14 +505,11 @@ def _spell_keys(found: list[tuple[str, Any]],
             for path, obj in found]
 
 
-def _held_step(obj: Any, path: str, depth: int, room: int, atoms: tuple[type, ...],
-               seen: set[int], globals_: set[int], found: list[tuple[str, Any]],
+def _held_step(obj: Any, path: str, depth: int, room: int, globals_: set[int],
+               found: list[tuple[str, Any]],
                dicts: dict[int, dict[Any, Any]]) -> list[tuple[str, Any]]:
-    """One object of the search: recorded if it is an RNG, else its children (at most
-    ``room``)."""
-    if id(obj) in seen or isinstance(obj, atoms):
-        return []
-    seen.add(id(obj))
+    """One object of the search, met for the first time: recorded if it is an RNG, else
+    its children (at most ``room``)."""
     if _rng._kind(obj) is not None:
         if id(obj) not in globals_:
             found.append((path, obj))
