@@ -46,6 +46,29 @@ RngState = dict[str, Any]
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")  # (an object's default repr names its address)
 Targets = list[tuple[str, Any]]  # (path, RNG object)
 
+
+class Found(list):  # type: ignore[type-arg]
+    """``find``'s targets, and for each chosen path the other paths its RNG was found
+    under (``aliases``): a checkpoint saved by an older version may hold its state under
+    one of those (review 119: before, the first path in dict order)."""
+
+    aliases: dict[str, list[str]]
+
+
+def state_for(path: str, saved: Mapping[str, Any], targets: Sequence[tuple[str, Any]]
+              ) -> str | None:
+    """Where ``saved`` holds the state of the RNG ``targets`` has under ``path``: there,
+    else under another path it was found under (an older version's choice), else None."""
+    if path in saved:
+        return path
+    aliases: dict[str, list[str]] = getattr(targets, "aliases", {})
+    for other in aliases.get(path, ()):
+        if other in saved:
+            log.info("the RNG %s is restored from the state saved under %s, another path "
+                     "to it (as an older version chose)", path, other)
+            return other
+    return None
+
 _MT_WORDS = 624
 _MT_BYTES = _MT_WORDS * 4  # MT19937's key; numpy's int pos follows it in the C struct
 _gauss_offset: int | None = None  # where RandomState keeps (has_gauss, gauss); -1: unknown
@@ -114,12 +137,17 @@ def find(arguments: Mapping[str, Any]) -> Targets:
     by position in a list or tuple, by spelled key in a dict, by name among attributes:
     never by a dict's or ``__dict__``'s order."""
     chosen: dict[int, tuple[tuple[Any, ...], str, Any]] = {}  # id -> (rank, path, RNG)
+    others: dict[int, list[tuple[tuple[Any, ...], str]]] = {}  # id -> the paths not chosen
 
     def add(rank: tuple[Any, ...], path: str, obj: Any) -> None:
         if _kind(obj) is not None:
             known = chosen.get(id(obj))
             if known is None or rank < known[0]:
                 chosen[id(obj)] = (rank, path, obj)
+                if known is not None:
+                    others.setdefault(id(obj), []).append(known[:2])
+            else:
+                others.setdefault(id(obj), []).append((rank, path))
 
     for n, (name, value) in enumerate(arguments.items()):
         if _kind(value) is not None:
@@ -138,7 +166,10 @@ def find(arguments: Mapping[str, Any]) -> Targets:
             for attr, item in _attributes(value):
                 add((n, attr), f"{name}.{attr}", item)
     # (in the order of their ranks: a dict's order leaves the list as it is, too)
-    return [(path, obj) for _, path, obj in sorted(chosen.values(), key=lambda c: c[0])]
+    out = Found((path, obj) for _, path, obj in sorted(chosen.values(), key=lambda c: c[0]))
+    out.aliases = {chosen[k][1]: [p for _, p in sorted(v)] for k, v in others.items()
+                   if k in chosen}
+    return out
 
 
 def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
@@ -280,7 +311,13 @@ def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
         elif kind == "numpy.RandomState":
             shared.append((f"{path}._bit_generator", obj._bit_generator))
     _aliases.by_id = {id(obj): (path, obj) for path, obj in shared}
-    _aliases.by_path = dict(shared)
+    # (a state an older version saved names the RNG by the path it chose: another one)
+    older = [(f"{alias}{path[len(chosen):]}", obj)
+             for path, obj in shared
+             for chosen, aliases in getattr(targets, "aliases", {}).items()
+             if path == chosen or path.startswith(f"{chosen}.")
+             for alias in aliases]
+    _aliases.by_path = {**dict(older), **dict(shared)}
     try:
         yield
     finally:
@@ -505,7 +542,8 @@ def restore(state: RngState, targets: Sequence[tuple[str, Any]] = ()) -> None:
     if random_saved is not None:
         random.setstate(random_saved)
     objects = state.get("objects") or {}
-    for path, obj in targets:
+    for chosen, obj in targets:
+        path = state_for(chosen, objects, targets) or chosen
         if path not in objects:
             # Not there when the state was saved: older code saved none (left as it is,
             # quietly), or the call held its RNGs elsewhere then (an address-keyed path, before).

@@ -366,7 +366,8 @@ class HeldRngs:
     def resume(self, state: Any) -> None:
         saved = state.get(HELD_RNGS) if isinstance(state, dict) else None
         if isinstance(saved, SavedRngs):
-            for path, obj in self.targets:
+            for chosen, obj in self.targets:
+                path = _rng.state_for(chosen, saved.states, self.targets) or chosen
                 if path not in saved.states:
                     # (as the decorator warns: the call holds it elsewhere than when the
                     # checkpoint was saved, e.g. under a dict key spelled otherwise then)
@@ -477,7 +478,14 @@ def _least_paths(found: list[tuple[str, Any]],
     for path, obj in spelled:
         if id(obj) not in least or path < least[id(obj)][0]:
             least[id(obj)] = (path, obj)
-    return [least[id(obj)] for _, obj in found]
+    out = _rng.Found(least[id(obj)] for _, obj in found)
+    # (the other paths: a checkpoint of an older version holds the state under one)
+    out.aliases = {}
+    for path, obj in spelled:
+        chosen = least[id(obj)][0]
+        if path != chosen and path not in out.aliases.setdefault(chosen, []):
+            out.aliases[chosen].append(path)
+    return out
 
 
 # A dict key in a path while the search runs: its dict's id and its position, spelled
