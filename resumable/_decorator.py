@@ -428,6 +428,7 @@ class _Execution:
         self.checked_result: tuple[bool, Any] | None = None
         self.stopping = False  # after SIGTERM: the body is done, the state is being saved
         self.at_yield = False  # the body yielded; its state is being snapshotted
+        self.loading = False  # reading its result or checkpoint, before its body starts
 
     def where(self) -> str:
         return self.run.where()
@@ -904,32 +905,36 @@ class _Execution:
             # attempt. Its uploader, made there, was abandoned at the fork.
             run.adopt_process()
             self.uploader = self._new_uploader()
-        found, value = self.stored_result()
-        if found:
-            return value
-        if _signals.refuses_new_runs():
-            # Started after the SIGTERM (a thread pool's queued task): a generation of
-            # its body would hold up the exit (each of the queue's, in turn); not
-            # starting loses nothing, its checkpoints stay for the next attempt.
-            log.info("run %s not started: a SIGTERM came before it", run.where())
-            raise _signals.terminated()
+        # Started after the SIGTERM (a thread pool's queued task): a generation of its
+        # body would hold up the exit (each of the queue's, in turn); not starting loses
+        # nothing, its checkpoints stay for the next attempt. (Asked before this run is
+        # registered: then it is a body in this thread.)
+        refused = _signals.refuses_new_runs()
         self.thread = self.body_thread = threading.current_thread()
-        # Served by the SIGTERM handler from before the checkpoint is read (review 120: a
-        # SIGTERM during a long resume found no run and killed the process, status -15).
+        # Served by the SIGTERM handler from before a result or checkpoint is read
+        # (reviews 120, 122: a SIGTERM during a long read found no run and killed the
+        # process, status -15); meanwhile a SIGTERM stops the read in the main thread
+        # at once (nothing to save), and a run in another thread after it.
+        self.loading = True
         _signals.enter(self)
         leaving: BaseException | None = None  # what the call ends with, if it raises
         progress: Progress | None = None
         gen: Generator[Any, None, Any] | None = None
         start_step = 0
         try:
+            found, value = self.stored_result()
+            if found:
+                self.loading = False
+                return value
+            if refused:
+                log.info("run %s not started: a SIGTERM came before it", run.where())
+                raise _signals.terminated()
             state, step, resumed = self._start()
             self.durable_step = step  # the checkpoint resumed from, or 0
+            self.loading = False
             if self.terminate:
                 # Came while the checkpoint was read: no generation began, none is run.
                 self.stopping = True
-                log.warning("SIGTERM: run %s came while it was %s; its body is not started, "
-                            "and its checkpoints stand", run.where(),
-                            "resuming" if resumed is not None else "starting")
                 raise _signals.terminated()
             if resumed is not None:
                 age = (datetime.now(UTC) - resumed.created).total_seconds()
@@ -1025,15 +1030,16 @@ class _Execution:
                         "is part of the outer state; nothing of this generation was saved")
                 if self.terminate:
                     ended = _signals.killed(self.workers, self.workers_at_term,
-                                            _signals.workers())
+                                            _signals.signalled_workers(), _signals.workers())
                     if ended:
                         self.stopping = True
                         log.warning(
                             "SIGTERM: run %s: step %d is not saved: multiprocessing "
-                            "worker(s) %s ended by a signal during its generation (a SIGTERM "
-                            "to the process group reaches a pool's workers), so its state "
-                            "may hold results computed around them; the last saved state "
-                            "stands", run.where(), step + 1, ", ".join(ended))
+                            "worker(s) %s ended during its generation (a SIGTERM to the "
+                            "process group reaches a pool's workers; or the body terminated "
+                            "its pool), so its state may hold results computed around "
+                            "them; the last saved state stands", run.where(), step + 1,
+                            ", ".join(ended))
                         raise _signals.terminated()
                 step += 1
                 failures = 0
@@ -1094,8 +1100,12 @@ class _Execution:
                 # body is paused at that yield, so also after an interruption
                 self._checkpoint(self.held, self.step, force=True)
             self._flush_last()
-            log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
-                        self._saved_step(), _signals.outcome())
+            if gen is None:  # (stopped while it read its result or checkpoint)
+                log.warning("SIGTERM: run %s stopped before its body started; its "
+                            "checkpoints stand; %s", run.where(), _signals.outcome())
+            else:
+                log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
+                            self._saved_step(), _signals.outcome())
             if self.thread is threading.main_thread():
                 _signals.chain_once()
             raise

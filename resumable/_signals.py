@@ -195,10 +195,16 @@ def _install(reinstall: bool = True) -> bool:
     # (installed before and replaced since: the application's handler, set after
     # install_signal_handlers(), is chained as any other; review 120: it took the SIGTERM
     # for good, and no run saved)
+    global _first_previous, _first_owner
+    if _first_owner != os.getpid():
+        _first_previous, _first_owner = previous, os.getpid()
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
     _start_relay()
     return True
+
+
+_first_owner = 0  # the pid _first_previous was recorded in
 
 
 def _replaced() -> Any:
@@ -276,6 +282,10 @@ def _relay(r: int) -> None:
             if (os.getpid() != _owner or not _runs or _term_at is not None
                     or main.ident is None):
                 continue  # served already, or nothing to serve
+            if _signalled_workers is None:
+                # (awake as the signal lands, while the main thread may be in a long C
+                # call: before a pool's manager joins the workers it killed, and forgets them)
+                _note_workers()
             if signal.getsignal(signal.SIGTERM) is not _handler:
                 # Replaced during the run (a framework the body set up): whether the main
                 # thread already ran that handler is unknown; a relayed SIGTERM would call
@@ -408,7 +418,8 @@ def leave(run: Active) -> None:
 
 def _reset_term() -> None:
     global _term_at, _chained, _left_unacted, _redeliver, _error_kept, _acting, _main_stopped
-    _term_at, _chained = None, False
+    global _signalled_workers
+    _term_at, _chained, _signalled_workers = None, False, None
     _left_unacted = _redeliver = _error_kept = _acting = _main_stopped = False
     _flagged.clear()
 
@@ -501,6 +512,9 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
+    if _chaining and _term_at is None and not _runs:
+        _chain_past_us(signum, frame)  # (called back by the handler we chained to)
+        return
     runs = list(_runs)
     if not runs and _left_unacted and not (_unwinding or _script_over()):
         # The runs a SIGTERM stopped have all left, and the program goes on (a call that
@@ -528,6 +542,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             _exit_143 = True
         return
     _term_at, _sent_again, _main_stopped = time.monotonic(), False, False
+    _note_workers()
     _flagged.extend(told)
     for run in told:
         run.on_sigterm()
@@ -539,7 +554,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # the exit hook was closing in the main thread made it exit 0).
         _exit_143 = True
     mains = [r for r in runs if r.thread is threading.main_thread()]
-    if mains and all(r.suspended for r in mains):
+    if mains and all(r.suspended or getattr(r, "loading", False) for r in mains):
         if over and not _exit_closed:
             # The consumer is Python's shutdown, whose exit hooks (ours among them, maybe
             # after another's, say a process pool's join) close these iterators: they
@@ -733,12 +748,32 @@ def _chain(signum: int, frame: FrameType | None) -> None:
 
 def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
     """The application's handler; what it raises is marked as its own (see _at_exit)."""
-    global _app_raised
+    global _app_raised, _chaining
+    was, _chaining = _chaining, True
     try:
         previous(signum, frame)
     except BaseException as err:
         _app_raised = err
         raise
+    finally:
+        _chaining = was
+
+
+# An application's handler installed after ours chains to ours (``old(signum, frame)``);
+# ours, installed again in front of it (see _install), calls it: while it runs, ours is
+# entered again from it (review 122: RecursionError). That call is the application's
+# chain going on past ours: it goes to what was there before ours was first installed.
+_chaining = False  # the application's handler, called by ours, runs
+_first_previous: Any = None  # the handler before ours was first installed (this process)
+
+
+def _chain_past_us(signum: int, frame: FrameType | None) -> None:
+    before = _first_previous
+    if callable(before) and before is not _previous:
+        _call_previous(before, signum, frame)
+    elif before in (signal.SIG_DFL, None):
+        signal.signal(signum, signal.SIG_DFL)  # (as the application's chain expects)
+        os.kill(os.getpid(), signum)
 
 
 def _at_exit_started() -> None:
@@ -1183,6 +1218,19 @@ def sigint_end(outer: bool | None, deliver: bool) -> None:
 # before the handler ran escapes this (its workers are forgotten once joined).
 
 
+_signalled_workers: tuple[Any, ...] | None = None  # workers() as the SIGTERM came
+
+
+def _note_workers() -> None:
+    global _signalled_workers
+    if _signalled_workers is None:
+        _signalled_workers = workers()
+
+
+def signalled_workers() -> tuple[Any, ...]:
+    return _signalled_workers or ()
+
+
 def workers() -> tuple[Any, ...]:
     """This process's multiprocessing children not known to have ended: (process,) each.
 
@@ -1199,7 +1247,14 @@ def workers() -> tuple[Any, ...]:
 
 
 def killed(*groups: tuple[Any, ...]) -> list[str]:
-    """Those of ``groups``' processes a signal has ended since, as "pid (SIGNAME)"."""
+    """Those of ``groups``' processes a SIGTERM has ended since, as "pid (how)".
+
+    Only SIGTERM: a worker the body killed (``p.kill()``, a runaway evaluation) or the
+    OOM killer ended (SIGKILL) does not hold up the save (review 122). A forkserver's
+    workers report 255 when the group's SIGTERM ended the forkserver too, which tells
+    their parent how they ended (review 122): counted as well. A pool the body ends with
+    ``terminate()`` in that generation (``with Pool() as p``) sends SIGTERM: counted,
+    one generation redone."""
     found, seen = [], set()
     for group in groups:
         for proc in group:
@@ -1208,14 +1263,13 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
             seen.add(id(proc))
             try:
                 code = proc.exitcode  # (polls: a child ended but not yet waited for)
+                forkserver = type(proc._popen).__module__.endswith("popen_forkserver")
             except Exception:
                 continue
-            if isinstance(code, int) and code < 0:
-                try:
-                    name = signal.Signals(-code).name
-                except ValueError:
-                    name = f"signal {-code}"
-                found.append(f"{proc.pid} ({name})")
+            if code == -signal.SIGTERM:
+                found.append(f"{proc.pid} (SIGTERM)")
+            elif code == 255 and forkserver:
+                found.append(f"{proc.pid} (its forkserver ended)")
     return found
 
 
@@ -1246,6 +1300,8 @@ def _after_fork_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _installed = _pinned = _chained = False
     _term_at = None
+    global _signalled_workers, _chaining
+    _signalled_workers, _chaining = None, False
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
     _main_stopped = False
