@@ -159,12 +159,20 @@ def find(arguments: Mapping[str, Any]) -> Targets:
             held = [(i, key, item) for i, (key, item) in enumerate(value.items())
                     if _kind(item) is not None]
             if held:
-                texts = key_texts([(i, key) for i, key, _ in held])
+                older: dict[int, str] = {}
+                texts = key_texts([(i, key) for i, key, _ in held], older)
                 for text, (_, _, item) in zip(texts, held, strict=True):
-                    add((n, text), f"{name}[{text}]", item)
+                    # (a key spelled by its position follows the dict's order: never
+                    # chosen over a stable one, review 123, which swapped two generators)
+                    add((n, text.startswith("#"), text), f"{name}[{text}]", item)
+                for m, text in older.items():  # (the version before's spelling: an alias)
+                    others.setdefault(id(held[m][2]), []).append(
+                        ((n, True, text), f"{name}[{text}]"))
         else:
             for attr, item in _attributes(value):
-                add((n, attr), f"{name}.{attr}", item)
+                # (a __dict__ may hold a key that is not a str: review 123, TypeError)
+                rank = attr if isinstance(attr, str) else f"\uffff{attr!r}"
+                add((n, rank), f"{name}.{attr}", item)
     # (in the order of their ranks: a dict's order leaves the list as it is, too)
     out = Found((path, obj) for _, path, obj in sorted(chosen.values(), key=lambda c: c[0]))
     out.aliases = {chosen[k][1]: [p for _, p in sorted(v)] for k, v in others.items()
@@ -172,7 +180,8 @@ def find(arguments: Mapping[str, Any]) -> Targets:
     return out
 
 
-def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
+def key_texts(entries: Sequence[tuple[int, Any]],
+              older: dict[int, str] | None = None) -> list[str]:
     """How paths spell the keys of the dict entries under which RNGs were found, given as
     (position in the dict, key): only those, so that a dict of many keys holding no RNG
     costs nothing (review 117: a graph's nodes as keys, each referring to the graph).
@@ -185,18 +194,24 @@ def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
     the paths). That does not depend on the dict's order, as the run id does not (review
     116: by position, a dict built in another order had its generators' states swapped).
     A key without a stable value, of the same value as another, or too large to encode
-    (over ``KEY_BUDGET`` containers), goes by its position, ``#2``."""
+    (over ``KEY_BUDGET`` containers), goes by its position, ``#2``.
+
+    ``older``, if given, gets the spelling the version before gave keys it spelled
+    otherwise (a numpy scalar, or a tuple holding one, went by value), by index into
+    ``entries``: a checkpoint of that version holds their RNGs' states under it."""
     spelled = [_spelling(key) for _, key in entries]
     counts = collections.Counter(spelled)
     by_value = [n for n, text in enumerate(spelled)
                 if text is None or counts[text] > 1 or ADDRESS.search(text)]
     texts = [text or "" for text in spelled]
-    if not by_value:
+    moved = [n for n, (_, key) in enumerate(entries) if n not in by_value and _numpy_in(key)] \
+        if older is not None else []
+    if not by_value and not moved:
         return texts
     from ._runid import encode_within  # (it imports this module)
 
     digests: dict[int, str | None] = {}
-    for n in by_value:
+    for n in [*by_value, *moved]:
         position, key = entries[n]
         try:
             encoded = encode_within(key, f"key #{position}", KEY_ENCODING, KEY_BUDGET)
@@ -206,8 +221,20 @@ def key_texts(entries: Sequence[tuple[int, Any]]) -> list[str]:
             digests[n] = "~" + hashlib.sha256(encoded).hexdigest()[:16]
     alike = collections.Counter(digests.values())
     for n, digest in digests.items():
-        texts[n] = digest if digest is not None and alike[digest] == 1 else f"#{entries[n][0]}"
+        text = digest if digest is not None and alike[digest] == 1 else f"#{entries[n][0]}"
+        if n in moved:
+            assert older is not None
+            older[n] = text
+        else:
+            texts[n] = text
     return texts
+
+
+def _numpy_in(key: Any) -> bool:
+    """A numpy scalar, or a tuple holding one: what the version before spelled by value."""
+    if type(key) is tuple:
+        return any(_numpy_in(item) for item in key)
+    return type(key).__module__ == "numpy"
 
 
 def _spelling(key: Any) -> str | None:
@@ -312,11 +339,14 @@ def aliasing(targets: Sequence[tuple[str, Any]]) -> Any:
             shared.append((f"{path}._bit_generator", obj._bit_generator))
     _aliases.by_id = {id(obj): (path, obj) for path, obj in shared}
     # (a state an older version saved names the RNG by the path it chose: another one)
-    older = [(f"{alias}{path[len(chosen):]}", obj)
-             for path, obj in shared
-             for chosen, aliases in getattr(targets, "aliases", {}).items()
-             if path == chosen or path.startswith(f"{chosen}.")
-             for alias in aliases]
+    aliases: dict[str, list[str]] = getattr(targets, "aliases", {})
+    older = []
+    if aliases:  # (one lookup per path: review 123, a product of the two was quadratic)
+        for path, obj in shared:
+            for suffix in ("", ".bit_generator", "._bit_generator"):
+                if path.endswith(suffix):
+                    base = path[:len(path) - len(suffix)]
+                    older += [(f"{alias}{suffix}", obj) for alias in aliases.get(base, ())]
     _aliases.by_path = {**dict(older), **dict(shared)}
     try:
         yield

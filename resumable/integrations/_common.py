@@ -450,7 +450,7 @@ def _held_rngs(holders: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 # Paths into one object made, at most: the least, unspelled (beyond it, a dict key's
 # mark in a path sorts by the dict's address, and the choice may follow the process)
-_HELD_WAYS = 64
+_HELD_WAYS = 1024  # (64 cut one generator's 100 operator keys by dict order: review 123)
 
 
 def _least_paths(found: list[tuple[str, Any]],
@@ -473,19 +473,26 @@ def _least_paths(found: list[tuple[str, Any]],
         return made[None] if parent is None else paths(parent)
 
     every = [(path, obj) for _, obj in found for path in paths(id(obj))]
-    spelled = _spell_keys(every, dicts) if dicts else every
+    older: list[tuple[str, Any]] = []  # (paths as the version before spelled them)
+    spelled = _spell_keys(every, dicts, older) if dicts else every
     least: dict[int, tuple[str, Any]] = {}
     for path, obj in spelled:
-        if id(obj) not in least or path < least[id(obj)][0]:
+        # (a key spelled by its position follows the dict's order: never chosen over a
+        # stable one, review 123, which swapped two generators)
+        if id(obj) not in least or _path_rank(path) < _path_rank(least[id(obj)][0]):
             least[id(obj)] = (path, obj)
     out = _rng.Found(least[id(obj)] for _, obj in found)
     # (the other paths: a checkpoint of an older version holds the state under one)
     out.aliases = {}
-    for path, obj in spelled:
+    for path, obj in [*spelled, *older]:
         chosen = least[id(obj)][0]
         if path != chosen and path not in out.aliases.setdefault(chosen, []):
             out.aliases[chosen].append(path)
     return out
+
+
+def _path_rank(path: str) -> tuple[bool, str]:
+    return ("[#" in path, path)
 
 
 # A dict key in a path while the search runs: its dict's id and its position, spelled
@@ -493,8 +500,8 @@ def _least_paths(found: list[tuple[str, Any]],
 _KEY = re.compile("\x00([0-9]+):([0-9]+)\x00")
 
 
-def _spell_keys(found: list[tuple[str, Any]],
-                dicts: dict[int, dict[Any, Any]]) -> list[tuple[str, Any]]:
+def _spell_keys(found: list[tuple[str, Any]], dicts: dict[int, dict[Any, Any]],
+                older: list[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
     """The paths of ``found`` with their dict keys spelled as the decorator spells them:
     only the keys on those paths (review 117: spelling every key of a graph's dict, each
     node referring to the graph, took minutes)."""
@@ -504,13 +511,25 @@ def _spell_keys(found: list[tuple[str, Any]],
             if int(mark[1]) in dicts:  # (not an attribute named like a mark: review 118)
                 used[int(mark[1])].add(int(mark[2]))
     spelled: dict[tuple[int, int], str] = {}
+    before: dict[tuple[int, int], str] = {}  # keys the version before spelled otherwise
     for ident, positions in used.items():
         keys = list(itertools.islice(dicts[ident], max(positions) + 1))
         entries = [(i, keys[i]) for i in sorted(positions)]
-        for (i, _), text in zip(entries, _rng.key_texts(entries), strict=True):
+        moved: dict[int, str] = {}
+        for (i, _), text in zip(entries, _rng.key_texts(entries, moved), strict=True):
             spelled[(ident, i)] = text
-    return [(_KEY.sub(lambda m: spelled.get((int(m[1]), int(m[2])), m[0]), path), obj)
-            for path, obj in found]
+        for n, text in moved.items():
+            before[(ident, entries[n][0])] = text
+    out = [(_KEY.sub(lambda m: spelled.get((int(m[1]), int(m[2])), m[0]), path), obj)
+           for path, obj in found]
+    if before and older is not None:  # (each path as that version spelled it: an alias)
+        def old_text(m: re.Match[str]) -> str:
+            at = (int(m[1]), int(m[2]))
+            return before.get(at) or spelled.get(at, m[0])
+
+        older.extend((_KEY.sub(old_text, path), obj) for path, obj in found
+                     if any((int(m[1]), int(m[2])) in before for m in _KEY.finditer(path)))
+    return out
 
 
 def _held_step(obj: Any, path: str, depth: int, room: int, globals_: set[int],
