@@ -195,16 +195,16 @@ def _install(reinstall: bool = True) -> bool:
     # (installed before and replaced since: the application's handler, set after
     # install_signal_handlers(), is chained as any other; review 120: it took the SIGTERM
     # for good, and no run saved)
-    global _first_previous, _first_owner
-    if _first_owner != os.getpid():
-        _first_previous, _first_owner = previous, os.getpid()
+    global _first_previous, _first_recorded
+    if not _first_recorded:  # (once: a forked child's handlers are its parent's)
+        _first_previous, _first_recorded = previous, True
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
     _start_relay()
     return True
 
 
-_first_owner = 0  # the pid _first_previous was recorded in
+_first_recorded = False  # _first_previous was recorded
 
 
 def _replaced() -> Any:
@@ -512,8 +512,10 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    if _chaining and _term_at is None and not _runs:
-        _chain_past_us(signum, frame)  # (called back by the handler we chained to)
+    if _term_at is None and not _runs and (_calling or signal.getsignal(signum) is not _handler):
+        # Called back by a handler that chains to ours: the one we chained to, or one
+        # installed in front of ours (review 124: called twice, or the signal dropped)
+        _chain_past_us(signum, frame)
         return
     runs = list(_runs)
     if not runs and _left_unacted and not (_unwinding or _script_over()):
@@ -748,32 +750,37 @@ def _chain(signum: int, frame: FrameType | None) -> None:
 
 def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
     """The application's handler; what it raises is marked as its own (see _at_exit)."""
-    global _app_raised, _chaining
-    was, _chaining = _chaining, True
+    global _app_raised
+    _calling.append(previous)
     try:
         previous(signum, frame)
     except BaseException as err:
         _app_raised = err
         raise
     finally:
-        _chaining = was
+        _calling.pop()
 
 
 # An application's handler installed after ours chains to ours (``old(signum, frame)``);
 # ours, installed again in front of it (see _install), calls it: while it runs, ours is
 # entered again from it (review 122: RecursionError). That call is the application's
 # chain going on past ours: it goes to what was there before ours was first installed.
-_chaining = False  # the application's handler, called by ours, runs
-_first_previous: Any = None  # the handler before ours was first installed (this process)
+_calling: list[Any] = []  # the application's handlers ours is calling now
+_first_previous: Any = None  # the handler before ours was first installed
 
 
 def _chain_past_us(signum: int, frame: FrameType | None) -> None:
+    """The chain goes on past ours: to what was there before ours was first installed,
+    unless that is a handler already on the way here; else the default action."""
     before = _first_previous
-    if callable(before) and before is not _previous:
+    if before is signal.SIG_IGN:
+        return
+    on_the_way = [*_calling, signal.getsignal(signum), _previous]
+    if callable(before) and before is not _handler and all(before is not h for h in on_the_way):
         _call_previous(before, signum, frame)
-    elif before in (signal.SIG_DFL, None):
-        signal.signal(signum, signal.SIG_DFL)  # (as the application's chain expects)
-        os.kill(os.getpid(), signum)
+        return
+    signal.signal(signum, signal.SIG_DFL)  # (as the application's chain expects)
+    os.kill(os.getpid(), signum)
 
 
 def _at_exit_started() -> None:
@@ -1264,6 +1271,12 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
             try:
                 code = proc.exitcode  # (polls: a child ended but not yet waited for)
                 forkserver = type(proc._popen).__module__.endswith("popen_forkserver")
+                if code is None and _ended(proc):
+                    # Ended, and waited for by another thread (a broken pool's manager
+                    # joining it) that has yet to record how: the generation's pool
+                    # broke, which is what this looks for (review 122, under load)
+                    found.append(f"{proc.pid} (ended)")
+                    continue
             except Exception:
                 continue
             if code == -signal.SIGTERM:
@@ -1271,6 +1284,13 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
             elif code == 255 and forkserver:
                 found.append(f"{proc.pid} (its forkserver ended)")
     return found
+
+
+def _ended(proc: Any) -> bool:
+    """The process has ended (its sentinel, which its end makes readable, is)."""
+    from multiprocessing.connection import wait
+
+    return bool(wait([proc.sentinel], 0))
 
 
 def _after_fork_in_child() -> None:
@@ -1300,8 +1320,9 @@ def _after_fork_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _installed = _pinned = _chained = False
     _term_at = None
-    global _signalled_workers, _chaining
-    _signalled_workers, _chaining = None, False
+    global _signalled_workers
+    _signalled_workers = None
+    _calling.clear()
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
     _main_stopped = False

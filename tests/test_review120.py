@@ -7,17 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import textwrap
-import threading
 from pathlib import Path
 
 import pytest
 
 from resumable._errors import EXIT_SIGTERM
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT="20")
+from .signal_children import finish, spawn, wait_for
 
 _PENALTY_GA = """
 import concurrent.futures as cf, multiprocessing as mp, os, sys, threading
@@ -75,46 +71,27 @@ def test_a_group_sigterm_that_ends_the_pool_workers_saves_no_penalised_generatio
     """kill -TERM -PGID while a ProcessPoolExecutor evaluates generation 3, in a body that
     gives failed evaluations a penalty: the generation it yielded was computed around the
     dead workers, and was saved; the restarted run resumed it and differed (review 120)."""
-    script = tmp_path / "ga.py"
-    script.write_text(textwrap.dedent(_PENALTY_GA))
-    ref = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), kind, "-"],
-                         capture_output=True, text=True, env=ENV, timeout=300)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    def run(store: str, mark: str) -> tuple[subprocess.Popen[str], str, str]:
+        proc = spawn(tmp_path, _PENALTY_GA, store, kind, mark, start_new_session=True)
+        out, err = finish(proc, group=True)
+        return proc, out, err
+
+    ref, ref_out, err = run(str(tmp_path / "ref"), "-")
+    assert ref.returncode == 0, err[-3000:]
     mark = tmp_path / "mark"
     mark.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "store"), kind, str(mark)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-        start_new_session=True)
+    proc = spawn(tmp_path, _PENALTY_GA, str(tmp_path / "store"), kind, str(mark),
+                 start_new_session=True)
     try:
-        _wait_for_a_file(mark, proc)
+        wait_for(mark, proc, inside=True)
         os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        _, err = finish(proc, group=True)
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
     assert "step 3 is not saved" in err and "SIGTERM" in err, err[-3000:]
-    again = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), kind, "-"],
-                           capture_output=True, text=True, env=ENV, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert _result(again.stdout) == _result(ref.stdout)
-
-
-def _wait_for_a_file(folder: Path, proc: subprocess.Popen[str]) -> None:
-    """Until a file appears in ``folder`` (an event the child makes), or the child ends."""
-    done = threading.Event()
-
-    def watch() -> None:
-        proc.wait()
-        done.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    while not any(folder.iterdir()):
-        if done.wait(0.01):
-            _, err = proc.communicate()
-            pytest.fail(f"the run ended before a worker was busy: {err[-3000:]}")
+    again, out, err = run(str(tmp_path / "store"), "-")
+    assert again.returncode == 0, err[-3000:]
+    assert _result(out) == _result(ref_out)
 
 
 _APP_HANDLER_AFTER = """
@@ -155,11 +132,8 @@ def test_an_application_handler_installed_after_install_signal_handlers_is_chain
     from resumable._run import Run
     from resumable.stores import open_store
 
-    script = tmp_path / "app.py"
-    script.write_text(textwrap.dedent(_APP_HANDLER_AFTER))
     go = tmp_path / "go"
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "s"), str(go)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = spawn(tmp_path, _APP_HANDLER_AFTER, str(tmp_path / "s"), str(go))
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -167,22 +141,19 @@ def test_an_application_handler_installed_after_install_signal_handlers_is_chain
                 break
         proc.send_signal(signal.SIGTERM)
         go.touch()
-        out, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        out, err = finish(proc)
     assert proc.returncode == EXIT_SIGTERM, (out, err[-3000:])
     assert "app handler called" in out  # chained, after the save
     latest = Run(open_store(str(tmp_path / "s")), "r").load_latest()
     assert latest is not None and latest.step == 20
 
 
-_SLOW_RESUME = """
+SLOW_READ = """
 import os, sys, time
 from resumable import checkpointed
 
-STORE, MARK, GO = sys.argv[1], sys.argv[2], sys.argv[3]
+STORE, MARK, GO, MODE = sys.argv[1:5]
 
 class Slow:
     def __init__(self):
@@ -202,9 +173,9 @@ def f(n, *, state=None):
         state["s"] += 1
         yield state
     print("body ran to", state["s"], flush=True)
-    return state["s"]
+    return state["slow"] if MODE == "result" else state["s"]
 
-if sys.argv[4] == "first":  # two steps, then stopped (closing the iterator saves step 2)
+if MODE == "first":  # two steps, then stopped (closing the iterator saves step 2)
     it = f.iter(5)
     next(it), next(it)
     it.close()
@@ -216,34 +187,17 @@ else:
 def test_a_sigterm_while_a_resume_reads_its_checkpoint_exits_143(tmp_path: Path) -> None:
     """A SIGTERM while the checkpoint was read (before the run was registered) found no
     run: the default action killed the process (status -15, not 143) (review 120)."""
-    script = tmp_path / "resume.py"
-    script.write_text(textwrap.dedent(_SLOW_RESUME))
     store, mark, go = str(tmp_path / "s"), tmp_path / "mark", tmp_path / "go"
-    first = subprocess.run([sys.executable, str(script), store, "-", "-", "first"],
-                           capture_output=True, text=True, env=ENV, timeout=120)
-    assert first.returncode == 0, first.stderr[-3000:]
-    proc = subprocess.Popen([sys.executable, str(script), store, str(mark), str(go), "again"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        _wait_for_a_file_named(mark, proc)
-        proc.send_signal(signal.SIGTERM)
-        go.touch()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    first = spawn(tmp_path, SLOW_READ, store, "-", "-", "first")
+    _, err = finish(first)
+    assert first.returncode == 0, err[-3000:]
+    proc = spawn(tmp_path, SLOW_READ, store, str(mark), str(go), "again")
+    wait_for(mark, proc)
+    proc.send_signal(signal.SIGTERM)
+    go.touch()
+    out, err = finish(proc)
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
     assert "body ran" not in out and "stopped before its body started" in err, err[-3000:]
-    again = subprocess.run([sys.executable, str(script), store, "-", "-", "again"],
-                           capture_output=True, text=True, env=ENV, timeout=120)
-    assert "RESULT 5" in again.stdout, again.stderr[-3000:]
-
-
-def _wait_for_a_file_named(path: Path, proc: subprocess.Popen[str]) -> None:
-    done = threading.Event()
-    threading.Thread(target=lambda: (proc.wait(), done.set()), daemon=True).start()
-    while not path.exists():
-        if done.wait(0.01):
-            _, err = proc.communicate()
-            pytest.fail(f"the process ended first: {err[-3000:]}")
+    again = spawn(tmp_path, SLOW_READ, store, "-", "-", "again")
+    out, err = finish(again)
+    assert "RESULT 5" in out, err[-3000:]

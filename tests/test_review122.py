@@ -4,47 +4,13 @@ checkpoint is read, and a body that kills its own child process (not a group SIG
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
-import threading
 from pathlib import Path
-
-import pytest
 
 from resumable._errors import EXIT_SIGTERM
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_TERM_TIMEOUT="20")
-
-
-def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
-    """Until ``path`` exists (the child makes it), or the child ends."""
-    done = threading.Event()
-    threading.Thread(target=lambda: (proc.wait(), done.set()), daemon=True).start()
-    while not path.exists():
-        if done.wait(0.01):
-            _, err = proc.communicate()
-            pytest.fail(f"the child ended first: {err[-3000:]}")
-
-
-def _spawn(tmp_path: Path, source: str, *args: str) -> subprocess.Popen[str]:
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(source))
-    return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
-
-
-def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    try:
-        return proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-
+from .signal_children import finish, spawn, wait_for
+from .test_review120 import SLOW_READ
 
 _CHAINING_APP = """
 import os, signal, sys, time
@@ -85,58 +51,29 @@ def test_an_application_handler_chaining_to_ours_ends_as_without_us(tmp_path: Pa
     until RecursionError (exit 1); as without the library, the application's handler runs
     once and the default action ends the process (review 122)."""
     ready = tmp_path / "ready"
-    proc = _spawn(tmp_path, _CHAINING_APP, str(tmp_path / "s"), str(ready))
-    _wait_for(ready, proc)
+    proc = spawn(tmp_path, _CHAINING_APP, str(tmp_path / "s"), str(ready))
+    wait_for(ready, proc)
     proc.send_signal(signal.SIGTERM)
-    out, err = _finish(proc)
+    out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err[-3000:]
     assert "RESULT 3" in out and out.count("app handler") == 1, out
     assert "RecursionError" not in err
-
-
-_SLOW_RESULT = """
-import os, sys, time
-from resumable import checkpointed
-
-STORE, MARK, GO = sys.argv[1], sys.argv[2], sys.argv[3]
-
-class Slow:
-    def __init__(self):
-        self.loaded = False
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        if MARK != "-":
-            open(MARK, "w").close()
-            while not os.path.exists(GO):  # (the test sends the SIGTERM, then makes GO)
-                time.sleep(0.005)
-
-@checkpointed(store=STORE, run_id="r")
-def f(n, *, state=None):
-    s = state or 0
-    while s < n:
-        s += 1
-        yield s
-    return Slow()
-
-print("RESULT", type(f(2)).__name__, flush=True)
-"""
 
 
 def test_a_sigterm_while_a_completed_runs_result_is_read_exits_143(tmp_path: Path) -> None:
     """The result was read before the run was registered: a SIGTERM then found no run and
     the default action killed the process (status -15) (review 122)."""
     store, mark, go = str(tmp_path / "s"), tmp_path / "mark", tmp_path / "go"
-    proc = _spawn(tmp_path, _SLOW_RESULT, store, "-", "-")
-    out, err = _finish(proc)
-    assert proc.returncode == 0 and "RESULT Slow" in out, err[-3000:]
-    proc = _spawn(tmp_path, _SLOW_RESULT, store, str(mark), str(go))
-    _wait_for(mark, proc)
+    proc = spawn(tmp_path, SLOW_READ, store, "-", "-", "result")
+    out, err = finish(proc)
+    assert proc.returncode == 0 and "RESULT <" in out, err[-3000:]
+    proc = spawn(tmp_path, SLOW_READ, store, str(mark), str(go), "result")
+    wait_for(mark, proc)
     proc.send_signal(signal.SIGTERM)
     go.touch()
-    out, err = _finish(proc)
+    out, err = finish(proc)
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
-    assert "stopped before its body started" in err, err[-3000:]
+    assert "stopped before its body started" in err and "body ran" not in out, err[-3000:]
 
 
 _HANGING_LOAD = """
@@ -177,13 +114,13 @@ def test_a_sigterm_while_a_checkpoint_is_read_stops_the_read_at_once(tmp_path: P
     step 0' (review 122): there is nothing to save before the body starts, so a SIGTERM
     stops the read in the main thread at once, and the checkpoints stand."""
     store, mark = str(tmp_path / "s"), tmp_path / "mark"
-    proc = _spawn(tmp_path, _HANGING_LOAD, store, "-")
-    _, err = _finish(proc)
+    proc = spawn(tmp_path, _HANGING_LOAD, store, "-")
+    _, err = finish(proc)
     assert proc.returncode == 0, err[-3000:]
-    proc = _spawn(tmp_path, _HANGING_LOAD, store, str(mark))  # (timeout 20 s: not waited)
-    _wait_for(mark, proc)
+    proc = spawn(tmp_path, _HANGING_LOAD, store, str(mark))  # (timeout 20 s: not waited)
+    wait_for(mark, proc)
     proc.send_signal(signal.SIGTERM)
-    _, err = _finish(proc)
+    _, err = finish(proc)
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
     assert "stopped before its body started; its checkpoints stand" in err, err[-3000:]
     assert "reached no yield" not in err and "saved at step 0" not in err, err[-3000:]
@@ -240,11 +177,11 @@ def test_a_child_the_body_kills_itself_does_not_hold_up_the_sigterm_save(
     from resumable.stores import open_store
 
     store, mark, go = str(tmp_path / "s"), tmp_path / "mark", tmp_path / "go"
-    proc = _spawn(tmp_path, _RUNAWAY, store, str(mark), str(go))
-    _wait_for(mark, proc)
+    proc = spawn(tmp_path, _RUNAWAY, store, str(mark), str(go))
+    wait_for(mark, proc)
     proc.send_signal(signal.SIGTERM)  # the parent only
     go.touch()
-    _, err = _finish(proc)
+    _, err = finish(proc)
     assert proc.returncode == EXIT_SIGTERM, err[-3000:]
     latest = Run(open_store(store), "r").load_latest()
     assert latest is not None and latest.step == 3, err[-3000:]

@@ -1,0 +1,108 @@
+"""Review 124 (of c75ca06's chaining): an application handler that chains to ours, found
+in front of ours after a run (not pinned) or in a forked child, is called once and the
+chain goes on to the default action (it was called twice; in the child the SIGTERM was
+dropped and the process lived on)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from .signal_children import finish, spawn, wait_for
+
+_UNPINNED = """
+import os, signal, sys, time
+from resumable import checkpointed
+
+STORE, READY = sys.argv[1], sys.argv[2]
+calls, old = 0, None
+
+def app_handler(signum, frame):
+    global calls
+    calls += 1
+    print("app handler", calls, flush=True)
+    if callable(old):
+        old(signum, frame)
+
+@checkpointed(store=STORE)
+def count(n, *, state=None):
+    global old
+    s = state or 0
+    while s < n:
+        s += 1
+        if n == 3 and s == 1 and old is None:  # a framework the body sets up: it chains
+            old = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, app_handler)
+        yield s
+    return s
+
+print("RESULT", count(3), flush=True)
+print("RESULT", count(4), flush=True)  # ours in front again for this run, then not
+open(READY, "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_chaining_handler_in_front_of_ours_after_the_runs_is_called_once(
+        tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = spawn(tmp_path, _UNPINNED, str(tmp_path / "s"), str(ready))
+    wait_for(ready, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    assert out.count("app handler") == 1, out
+
+
+_FORKED = """
+import os, signal, sys, time
+import resumable
+from resumable import checkpointed
+
+STORE, READY = sys.argv[1], sys.argv[2]
+resumable.install_signal_handlers()
+old = signal.getsignal(signal.SIGTERM)
+calls = 0
+
+def app_handler(signum, frame):
+    global calls
+    calls += 1
+    print(os.getpid(), "app handler", calls, flush=True)
+    if callable(old):
+        old(signum, frame)
+
+signal.signal(signal.SIGTERM, app_handler)
+
+@checkpointed(store=STORE)
+def count(n, *, state=None):
+    s = state or 0
+    while s < n:
+        s += 1
+        yield s
+    return s
+
+pid = os.fork()
+if pid == 0:
+    print("child RESULT", count(3), flush=True)
+    with open(READY + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(READY + ".tmp", READY)
+    while True:
+        time.sleep(0.05)
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_with_a_chaining_handler_ends_by_its_sigterm(tmp_path: Path) -> None:
+    import os
+
+    ready = tmp_path / "ready"
+    proc = spawn(tmp_path, _FORKED, str(tmp_path / "s"), str(ready))
+    wait_for(ready, proc)
+    os.kill(int(ready.read_text()), signal.SIGTERM)
+    out, err = finish(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"child status {-signal.SIGTERM}" in out, (out, err[-3000:])
+    assert out.count("app handler") == 1, out
