@@ -195,16 +195,15 @@ def _install(reinstall: bool = True) -> bool:
     # (installed before and replaced since: the application's handler, set after
     # install_signal_handlers(), is chained as any other; review 120: it took the SIGTERM
     # for good, and no run saved)
-    global _first_previous, _first_recorded
-    if not _first_recorded:  # (once: a forked child's handlers are its parent's)
-        _first_previous, _first_recorded = previous, True
+    if not _replaced_handlers or _replaced_handlers[-1] is not previous:
+        _replaced_handlers.append(previous)  # (see _called_back)
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
     _start_relay()
     return True
 
 
-_first_recorded = False  # _first_previous was recorded
+_replaced_handlers: list[Any] = []  # what our installs replaced, oldest first (a fork too)
 
 
 def _replaced() -> Any:
@@ -512,10 +511,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    if _term_at is None and not _runs and (_calling or signal.getsignal(signum) is not _handler):
-        # Called back by a handler that chains to ours: the one we chained to, or one
-        # installed in front of ours (review 124: called twice, or the signal dropped)
-        _chain_past_us(signum, frame)
+    if _term_at is None and not _runs and not (frame is not None and frame is sys._getframe(1)):
+        # Not delivered (Python passes the handler the frame it interrupted, its caller's)
+        # but called: by a handler that chains to ours (``old(signum, frame)``), or by a
+        # program holding ours. With no run to serve, as without us (reviews 122-125).
+        _called_back(signum, frame)
         return
     runs = list(_runs)
     if not runs and _left_unacted and not (_unwinding or _script_over()):
@@ -740,6 +740,11 @@ def chain_once() -> None:
 
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
+    if sum(previous is h for h in _calling) >= 2:
+        # (a handler that called ours back passing its own frame, which looks delivered,
+        # would be called for ever; a second SIGTERM during its run is delivered to it)
+        _called_back(signum, frame)
+        return
     if callable(previous):
         _call_previous(previous, signum, frame)
     elif previous == signal.SIG_DFL and _term_at is None:
@@ -766,21 +771,35 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
 # entered again from it (review 122: RecursionError). That call is the application's
 # chain going on past ours: it goes to what was there before ours was first installed.
 _calling: list[Any] = []  # the application's handlers ours is calling now
-_first_previous: Any = None  # the handler before ours was first installed
 
 
-def _chain_past_us(signum: int, frame: FrameType | None) -> None:
-    """The chain goes on past ours: to what was there before ours was first installed,
-    unless that is a handler already on the way here; else the default action."""
-    before = _first_previous
-    if before is signal.SIG_IGN:
+def _called_back(signum: int, frame: FrameType | None) -> None:
+    """Ours was called, not delivered, with no run active: the caller holds it as the
+    handler it replaced (``old``). Without us, ``old`` would have been what our install
+    replaced: that is called, unless it is on the way here already (the caller itself,
+    or one ours is calling); SIG_DFL or SIG_IGN there means nothing to call (a chaining
+    handler calls ``old`` only if it is callable)."""
+    for before in reversed(_replaced_handlers):
+        if before is _handler or _on_the_way(before):
+            continue
+        if callable(before):
+            _call_previous(before, signum, frame)
         return
-    on_the_way = [*_calling, signal.getsignal(signum), _previous]
-    if callable(before) and before is not _handler and all(before is not h for h in on_the_way):
-        _call_previous(before, signum, frame)
-        return
-    signal.signal(signum, signal.SIG_DFL)  # (as the application's chain expects)
-    os.kill(os.getpid(), signum)
+
+
+def _on_the_way(handler: Any) -> bool:
+    """``handler`` is running now: ours is calling it, or it is among our callers."""
+    if any(handler is h for h in _calling):
+        return True
+    code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+    caller: FrameType | None = sys._getframe(2)
+    for _ in range(64):
+        if caller is None:
+            return False
+        if caller.f_code is code:
+            return True
+        caller = caller.f_back
+    return False
 
 
 def _at_exit_started() -> None:
@@ -1272,11 +1291,14 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
                 code = proc.exitcode  # (polls: a child ended but not yet waited for)
                 forkserver = type(proc._popen).__module__.endswith("popen_forkserver")
                 if code is None and _ended(proc):
-                    # Ended, and waited for by another thread (a broken pool's manager
-                    # joining it) that has yet to record how: the generation's pool
-                    # broke, which is what this looks for (review 122, under load)
-                    found.append(f"{proc.pid} (ended)")
-                    continue
+                    # Ended, and waited for by another thread (a pool's manager joining
+                    # it) that has yet to record how: given a moment (review 125: a worker
+                    # of maxtasksperchild=1 that exited 0 counted). Unknown after it: the
+                    # generation's pool broke, which is what this looks for.
+                    code = _recorded_exit(proc)
+                    if code is None:
+                        found.append(f"{proc.pid} (ended)")
+                        continue
             except Exception:
                 continue
             if code == -signal.SIGTERM:
@@ -1284,6 +1306,17 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
             elif code == 255 and forkserver:
                 found.append(f"{proc.pid} (its forkserver ended)")
     return found
+
+
+def _recorded_exit(proc: Any) -> int | None:
+    """The exit code another thread is about to record (it waited for the process), or
+    None after about a fifth of a second (only after a SIGTERM, at a yield)."""
+    for _ in range(200):
+        code = getattr(proc._popen, "returncode", None)
+        if code is not None:
+            return int(code)
+        time.sleep(0.001)  # (lets go of the GIL, which that thread needs to record it)
+    return None
 
 
 def _ended(proc: Any) -> bool:
@@ -1322,7 +1355,7 @@ def _after_fork_in_child() -> None:
     _term_at = None
     global _signalled_workers
     _signalled_workers = None
-    _calling.clear()
+    _calling.clear()  # (_replaced_handlers stays: a child's handlers are its parent's)
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
     _main_stopped = False
