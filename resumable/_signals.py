@@ -511,10 +511,12 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    if _term_at is None and not _runs and not (frame is not None and frame is sys._getframe(1)):
-        # Not delivered (Python passes the handler the frame it interrupted, its caller's)
-        # but called: by a handler that chains to ours (``old(signum, frame)``), or by a
-        # program holding ours. With no run to serve, as without us (reviews 122-125).
+    if _term_at is None and not _runs and frame is not sys._getframe().f_back:
+        # Not delivered (Python passes the handler the frame it interrupted, its caller's;
+        # None, with no caller, when no Python code ran: review 126, a REPL's prompt, an
+        # atexit C callback) but called: by a handler that chains to ours
+        # (``old(signum, frame)``), or by a program holding ours. With no run to serve,
+        # as without us (reviews 122-125).
         _called_back(signum, frame)
         return
     runs = list(_runs)
@@ -740,9 +742,10 @@ def chain_once() -> None:
 
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
-    if sum(previous is h for h in _calling) >= 2:
+    if sum(previous is h for h in _calling) >= _MOST_NESTED:
         # (a handler that called ours back passing its own frame, which looks delivered,
-        # would be called for ever; a second SIGTERM during its run is delivered to it)
+        # would be called for ever; SIGTERMs delivered while it runs reach it, as without
+        # us: review 126, a third one to force the exit)
         _called_back(signum, frame)
         return
     if callable(previous):
@@ -771,6 +774,7 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
 # entered again from it (review 122: RecursionError). That call is the application's
 # chain going on past ours: it goes to what was there before ours was first installed.
 _calling: list[Any] = []  # the application's handlers ours is calling now
+_MOST_NESTED = 20  # calls of one handler on the way, past which it is taken for a loop
 
 
 def _called_back(signum: int, frame: FrameType | None) -> None:
