@@ -1286,6 +1286,7 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
     ``terminate()`` in that generation (``with Pool() as p``) sends SIGTERM: counted,
     one generation redone."""
     found, seen = [], set()
+    deadline = time.monotonic() + 0.2  # (for all the exit codes waited for: see below)
     for group in groups:
         for proc in group:
             if id(proc) in seen:
@@ -1299,7 +1300,7 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
                     # it) that has yet to record how: given a moment (review 125: a worker
                     # of maxtasksperchild=1 that exited 0 counted). Unknown after it: the
                     # generation's pool broke, which is what this looks for.
-                    code = _recorded_exit(proc)
+                    code = _recorded_exit(proc, deadline)
                     if code is None:
                         found.append(f"{proc.pid} (ended)")
                         continue
@@ -1312,15 +1313,16 @@ def killed(*groups: tuple[Any, ...]) -> list[str]:
     return found
 
 
-def _recorded_exit(proc: Any) -> int | None:
+def _recorded_exit(proc: Any, deadline: float) -> int | None:
     """The exit code another thread is about to record (it waited for the process), or
-    None after about a fifth of a second (only after a SIGTERM, at a yield)."""
-    for _ in range(200):
+    None at ``deadline`` (a fifth of a second for all of them; only after a SIGTERM)."""
+    while True:
         code = getattr(proc._popen, "returncode", None)
         if code is not None:
             return int(code)
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(0.001)  # (lets go of the GIL, which that thread needs to record it)
-    return None
 
 
 def _ended(proc: Any) -> bool:
