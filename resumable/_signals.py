@@ -278,10 +278,16 @@ def _relay(r: int) -> None:
             # (is_alive() is False then): its OS thread lives until the process ends,
             # and the handler has a branch for that join.
             main = threading.main_thread()
-            if (os.getpid() != _owner or not _runs or _term_at is not None
-                    or main.ident is None):
-                continue  # served already, or nothing to serve
-            if _signalled_workers is None:
+            if os.getpid() != _owner or _term_at is not None or main.ident is None:
+                continue  # served already, or not ours to serve
+            if not _runs:
+                if _previous != signal.SIG_DFL:
+                    continue  # a handler of the program's: the main thread runs it, as without us
+                # The default action, as without us: the kernel takes it whichever thread
+                # it hands the signal to, and ours runs only in the main thread, which may
+                # wait in C (a join) for ever (review 126: no run active, the process lived
+                # on). Sent twice, it ends the process all the same.
+            elif _signalled_workers is None:
                 # (awake as the signal lands, while the main thread may be in a long C
                 # call: before a pool's manager joins the workers it killed, and forgets them)
                 _note_workers()
