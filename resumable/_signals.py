@@ -31,6 +31,8 @@ import signal
 import sys
 import threading
 import time
+import types
+from functools import partial
 from types import FrameType
 from typing import Any, Protocol
 
@@ -169,7 +171,7 @@ def install_signal_handlers() -> None:
     Needed only when runs start in other threads before any run has started in the
     main thread: Python lets only the main thread install signal handlers.
     """
-    global _pinned
+    global _pinned, _put_back
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
             "resumable.install_signal_handlers() must be called from the main thread "
@@ -177,14 +179,14 @@ def install_signal_handlers() -> None:
         )
     with _lock:
         _install()
-        _pinned = True
+        _pinned, _put_back = True, None  # (in front for good: not put back behind)
 
 
 def _install(reinstall: bool = True) -> bool:
     """Ours is the SIGTERM handler (True), or cannot be. ``reinstall``: also where ours was
     installed and replaced since (not while runs are active: a body's own framework may
     have replaced it on purpose)."""
-    global _installed, _previous, _owner
+    global _installed, _previous, _owner, _put_back
     if _installed and (not reinstall or _replaced() is None):
         return True
     if threading.current_thread() is not threading.main_thread():
@@ -197,6 +199,8 @@ def _install(reinstall: bool = True) -> bool:
     # for good, and no run saved)
     if not _replaced_handlers or _replaced_handlers[-1] is not previous:
         _replaced_handlers.append(previous)  # (see _called_back)
+    if _installed and _pinned and _put_back is None:
+        _put_back = (previous, _previous)  # (see _uninstall)
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
     _start_relay()
@@ -204,6 +208,10 @@ def _install(reinstall: bool = True) -> bool:
 
 
 _replaced_handlers: list[Any] = []  # what our installs replaced, oldest first (a fork too)
+# Installed for good (install_signal_handlers()) and replaced since by the program's own
+# handler, ours goes back in front of it for the runs (review 120): (that handler, what
+# ours chained to before), for _uninstall to undo once they have left.
+_put_back: tuple[Any, Any] | None = None
 
 
 def _replaced() -> Any:
@@ -302,8 +310,21 @@ def _relay(r: int) -> None:
 
 
 def _uninstall() -> None:
-    global _installed
-    if _installed and not _pinned and threading.current_thread() is threading.main_thread():
+    global _installed, _previous, _put_back
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if _put_back is not None and _pinned:
+        # As the program left it: its handler in front of ours, and ours chaining to what
+        # it did then (review 127: ours stayed in front, chaining to a handler the program
+        # had since put ours back over; its "restore and kill again" looped, and the
+        # process lived on)
+        front, before = _put_back
+        _put_back = None
+        if signal.getsignal(signal.SIGTERM) is _handler:  # else replaced again: theirs
+            signal.signal(signal.SIGTERM, front)
+            _previous = before
+        return
+    if _installed and not _pinned:
         if signal.getsignal(signal.SIGTERM) is _handler:  # else the application replaced it
             signal.signal(signal.SIGTERM, _previous)
         _stop_relay()
@@ -513,17 +534,20 @@ def forget_within(run: Active) -> None:
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
     global _term_at, _interrupt_main, _exit_143, _sent_again, _main_stopped
+    # Delivered: Python passes the handler the frame it interrupted, its caller's (None,
+    # with no caller, when no Python code ran: review 126, a REPL's prompt, an atexit C
+    # callback), and calls only the handler installed (review 127: a handler passing its
+    # own frame to ours looked delivered).
+    delivered = frame is sys._getframe().f_back and signal.getsignal(signum) is _handler
+    if not delivered and _term_at is None and (not _runs or os.getpid() != _owner):
+        # Called: by a handler that chains to ours (``old(signum, frame)``), or by a program
+        # holding ours. With no run to serve, as without us (reviews 122-125; in a forked
+        # child too, review 127).
+        _called_back(signum, frame)
+        return
     if os.getpid() != _owner:  # a child forked without our at-fork reset
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-        return
-    if _term_at is None and not _runs and frame is not sys._getframe().f_back:
-        # Not delivered (Python passes the handler the frame it interrupted, its caller's;
-        # None, with no caller, when no Python code ran: review 126, a REPL's prompt, an
-        # atexit C callback) but called: by a handler that chains to ours
-        # (``old(signum, frame)``), or by a program holding ours. With no run to serve,
-        # as without us (reviews 122-125).
-        _called_back(signum, frame)
         return
     runs = list(_runs)
     if not runs and _left_unacted and not (_unwinding or _script_over()):
@@ -748,11 +772,12 @@ def chain_once() -> None:
 
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
-    if sum(previous is h for h in _calling) >= _MOST_NESTED:
+    if sum(previous is h for h, _ in _calling) >= _MOST_NESTED:
         # (a handler that called ours back passing its own frame, which looks delivered,
         # would be called for ever; SIGTERMs delivered while it runs reach it, as without
-        # us: review 126, a third one to force the exit)
-        _called_back(signum, frame)
+        # us: review 126, a third one to force the exit; past this many nested in one
+        # handler, they do not: review 127)
+        _called_back(signum, frame, loop=True)
         return
     if callable(previous):
         _call_previous(previous, signum, frame)
@@ -765,7 +790,7 @@ def _chain(signum: int, frame: FrameType | None) -> None:
 def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
     """The application's handler; what it raises is marked as its own (see _at_exit)."""
     global _app_raised
-    _calling.append(previous)
+    _calling.append((previous, sys._getframe()))
     try:
         previous(signum, frame)
     except BaseException as err:
@@ -779,37 +804,80 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
 # ours, installed again in front of it (see _install), calls it: while it runs, ours is
 # entered again from it (review 122: RecursionError). That call is the application's
 # chain going on past ours: it goes to what was there before ours was first installed.
-_calling: list[Any] = []  # the application's handlers ours is calling now
+_calling: list[tuple[Any, FrameType]] = []  # the program's handlers ours calls now, and
+# the frames calling them
 _MOST_NESTED = 20  # calls of one handler on the way, past which it is taken for a loop
 
 
-def _called_back(signum: int, frame: FrameType | None) -> None:
+def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> None:
     """Ours was called, not delivered, with no run active: the caller holds it as the
     handler it replaced (``old``). Without us, ``old`` would have been what our install
     replaced: that is called, unless it is on the way here already (the caller itself,
     or one ours is calling); SIG_DFL or SIG_IGN there means nothing to call (a chaining
-    handler calls ``old`` only if it is callable)."""
+    handler calls ``old`` only if it is callable). ``loop``: from _chain's guard, where
+    the frame passed may be the caller's own: any call of a handler counts."""
     for before in reversed(_replaced_handlers):
-        if before is _handler or _on_the_way(before):
+        if before is _handler or _on_the_way(before, None if loop else frame):
             continue
         if callable(before):
             _call_previous(before, signum, frame)
         return
 
 
-def _on_the_way(handler: Any) -> bool:
-    """``handler`` is running now: ours is calling it, or it is among our callers."""
-    if any(handler is h for h in _calling):
+def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
+    """``handler`` is running now for this SIGTERM: ours is calling it, or it is among
+    our callers, down from the frame the SIGTERM ``interrupted`` (what a handler running
+    there, or a call of it the program made, is doing is not this SIGTERM's: review 127,
+    without us it is called again). One handler object is told from another of the same
+    code (two instances' bound methods, a factory's closures: review 127) by its
+    ``self`` or its closure's values."""
+    func, owner = _unwrapped(handler)
+    code = getattr(func, "__code__", None)
+    calls = [f for h, f in _calling if h is handler]
+    if calls and interrupted is None:  # (not known where this SIGTERM came in: any call)
         return True
-    code = getattr(getattr(handler, "__func__", handler), "__code__", None)
     caller: FrameType | None = sys._getframe(2)
     for _ in range(64):
-        if caller is None:
+        if caller is None or caller is interrupted:
             return False
-        if caller.f_code is code:
+        if any(caller is f for f in calls):
+            return True
+        if caller.f_code is code and _runs_as(caller, func, owner):
             return True
         caller = caller.f_back
     return False
+
+
+def _unwrapped(handler: Any) -> tuple[Any, Any]:
+    """The function a handler runs (a partial's, a method's, a callable object's
+    ``__call__``) and the object it is bound to, if any."""
+    for _ in range(8):
+        if isinstance(handler, partial):
+            handler = handler.func
+        elif isinstance(handler, types.MethodType):
+            return handler.__func__, handler.__self__
+        elif isinstance(handler, types.FunctionType):
+            return handler, None
+        else:
+            call = getattr(type(handler), "__call__", None)  # noqa: B004 (the function)
+            return (call, handler) if isinstance(call, types.FunctionType) else (None, None)
+    return None, None
+
+
+def _runs_as(frame: FrameType, func: Any, owner: Any) -> bool:
+    """Whether ``frame``, running ``func``'s code, is a call of this very handler."""
+    code = frame.f_code
+    try:
+        values = frame.f_locals
+        if owner is not None and not (code.co_argcount and
+                                      values.get(code.co_varnames[0]) is owner):
+            return False
+        for name, cell in zip(code.co_freevars, func.__closure__ or (), strict=False):
+            if values.get(name, cell) is not cell.cell_contents:
+                return False
+    except (ValueError, AttributeError):  # an empty cell: not this one's, as far as is known
+        return True
+    return True
 
 
 def _at_exit_started() -> None:
@@ -1365,8 +1433,8 @@ def _after_fork_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _installed = _pinned = _chained = False
     _term_at = None
-    global _signalled_workers
-    _signalled_workers = None
+    global _signalled_workers, _put_back
+    _signalled_workers, _put_back = None, None
     _calling.clear()  # (_replaced_handlers stays: a child's handlers are its parent's)
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
