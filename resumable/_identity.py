@@ -282,11 +282,23 @@ def warn_if_older_version_derived_another(run: Run, ident: CallIdentity) -> None
     """
     if ident.fixed:
         return
+    # Every encoding's ids begin with the function's name: with no other run of it in
+    # the store, there is none to point out, and the older ids (each a walk of all the
+    # arguments again, most of a large call's start) are not derived.
+    name = run.run_id[: run.run_id.rindex("-") + 1]
+    try:
+        others = {key.split("/", 1)[0] for key in run.store.list(name)} - {run.run_id}
+    except Exception:
+        return  # the store fails: the run's own operations report that
+    if not others:
+        return
     try:
         older = ident.older_ids()
     except Exception:  # (an argument an older encoding could not take: no older run)
         return
     for encoding, old in sorted(older.items(), reverse=True):
+        if old not in others:
+            continue
         other = Run(run.store, old)
         try:
             names = other.checkpoint_names()

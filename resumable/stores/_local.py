@@ -221,6 +221,10 @@ class LocalStore:
 
         for dirpath, dirnames, filenames in os.walk(top, onerror=failed):
             rel = Path(dirpath).relative_to(self.root).as_posix()
+            # (only the folders whose keys can begin with the prefix: one function's runs
+            # are not all the store's)
+            dirnames[:] = [d for d in dirnames if _may_hold(d if rel == "." else f"{rel}/{d}",
+                                                            prefix)]
             files = [(name, name) for name in filenames]
             if rel == ".":
                 files += self._linked_runs(dirpath, dirnames, failed)
@@ -327,6 +331,12 @@ class LocalStore:
 
     def conditional_writes(self) -> bool:
         return True
+
+
+def _may_hold(folder: str, prefix: str) -> bool:
+    """Whether keys under ``folder`` (a key's folder part) can begin with ``prefix``."""
+    inside = folder + "/"
+    return inside.startswith(prefix) or prefix.startswith(inside)
 
 
 def _discard(tmp: Path) -> None:
