@@ -199,8 +199,8 @@ def _install(reinstall: bool = True) -> bool:
     # for good, and no run saved)
     if not _replaced_handlers or _replaced_handlers[-1] is not previous:
         _replaced_handlers.append(previous)  # (see _called_back)
-    if _installed and _pinned and _put_back is None:
-        _put_back = (previous, _previous)  # (see _uninstall)
+    if _installed and _pinned:  # (see _put_back)
+        _put_back = (previous, _previous if _put_back is None else _put_back[1])
     signal.signal(signal.SIGTERM, _handler)
     _previous, _owner, _installed = previous, os.getpid(), True
     _start_relay()
@@ -210,8 +210,38 @@ def _install(reinstall: bool = True) -> bool:
 _replaced_handlers: list[Any] = []  # what our installs replaced, oldest first (a fork too)
 # Installed for good (install_signal_handlers()) and replaced since by the program's own
 # handler, ours goes back in front of it for the runs (review 120): (that handler, what
-# ours chained to before), for _uninstall to undo once they have left.
+# ours chained to before), to undo once they have left: by the main thread's last leave,
+# or by ours when next delivered with no run active (the runs left in another thread, a
+# SIGTERM sent on as they left, the handler set otherwise meanwhile: review 130), never
+# dropped (ours chaining to that handler after the program had put ours back over it,
+# "restore the old handler and kill again" looped, and the process lived on).
 _put_back: tuple[Any, Any] | None = None
+
+
+def _take_put_back() -> Any:
+    """From the main thread: the program's handler back in front, as it left it (ours
+    chaining to what it did before), and no longer among those ours replaced."""
+    global _put_back, _previous
+    assert _put_back is not None
+    front, before = _put_back
+    _put_back = None
+    signal.signal(signal.SIGTERM, front)
+    _previous = before
+    for i in range(len(_replaced_handlers) - 1, -1, -1):
+        if _replaced_handlers[i] is front:
+            del _replaced_handlers[i]  # (review 130: called after the program removed it)
+            break
+    return front
+
+
+def _is_default(handler: Any) -> bool:
+    """SIG_DFL (an int, compared as one: a program's handler object may define ``__eq__``
+    for its own kind only; review 130, it raised in the relay thread)."""
+    return isinstance(handler, int) and int(handler) == int(signal.SIG_DFL)
+
+
+def _is_ignored(handler: Any) -> bool:
+    return isinstance(handler, int) and int(handler) == int(signal.SIG_IGN)
 
 
 def _replaced() -> Any:
@@ -268,7 +298,6 @@ def _stop_relay() -> None:
 
 
 def _relay(r: int) -> None:
-    global _relay_echoes
     while True:
         try:
             data = os.read(r, 512)
@@ -279,50 +308,52 @@ def _relay(r: int) -> None:
         for signum in data:
             if signum != signal.SIGTERM:
                 continue
-            if _relay_echoes:
-                _relay_echoes -= 1
-                continue
-            # The main thread may be past its script, joining the runs' threads at exit
-            # (is_alive() is False then): its OS thread lives until the process ends,
-            # and the handler has a branch for that join.
-            main = threading.main_thread()
-            if os.getpid() != _owner or _term_at is not None or main.ident is None:
-                continue  # served already, or not ours to serve
-            if not _runs:
-                if _previous != signal.SIG_DFL:
-                    continue  # a handler of the program's: the main thread runs it, as without us
-                # The default action, as without us: the kernel takes it whichever thread
-                # it hands the signal to, and ours runs only in the main thread, which may
-                # wait in C (a join) for ever (review 126: no run active, the process lived
-                # on). Sent twice, it ends the process all the same.
-            elif _signalled_workers is None:
-                # (awake as the signal lands, while the main thread may be in a long C
-                # call: before a pool's manager joins the workers it killed, and forgets them)
-                _note_workers()
-            if signal.getsignal(signal.SIGTERM) is not _handler:
-                # Replaced during the run (a framework the body set up): whether the main
-                # thread already ran that handler is unknown; a relayed SIGTERM would call
-                # it a second time for one signal.
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                _relay_echoes += 1
-                signal.pthread_kill(main.ident, signal.SIGTERM)
+            try:
+                _relay_one()
+            except Exception:  # (the thread must outlive whatever one signal met)
+                log.debug("relaying a SIGTERM failed", exc_info=True)
+
+
+def _relay_one() -> None:
+    """One SIGTERM read from the wakeup fd: sent on to the main thread if it is to be."""
+    global _relay_echoes
+    if _relay_echoes:
+        _relay_echoes -= 1
+        return
+    # The main thread may be past its script, joining the runs' threads at exit
+    # (is_alive() is False then): its OS thread lives until the process ends,
+    # and the handler has a branch for that join.
+    main = threading.main_thread()
+    if os.getpid() != _owner or _term_at is not None or main.ident is None:
+        return  # served already, or not ours to serve
+    if not _runs:
+        if not _is_default(_previous):
+            return  # a handler of the program's: the main thread runs it, as without us
+        # The default action, as without us: the kernel takes it whichever thread
+        # it hands the signal to, and ours runs only in the main thread, which may
+        # wait in C (a join) for ever (review 126: no run active, the process lived
+        # on). Sent twice, it ends the process all the same.
+    elif _signalled_workers is None:
+        # (awake as the signal lands, while the main thread may be in a long C
+        # call: before a pool's manager joins the workers it killed, and forgets them)
+        _note_workers()
+    if signal.getsignal(signal.SIGTERM) is not _handler:
+        # Replaced during the run (a framework the body set up): whether the main
+        # thread already ran that handler is unknown; a relayed SIGTERM would call
+        # it a second time for one signal.
+        return
+    with contextlib.suppress(OSError, ValueError):
+        _relay_echoes += 1
+        signal.pthread_kill(main.ident, signal.SIGTERM)
 
 
 def _uninstall() -> None:
-    global _installed, _previous, _put_back
+    global _installed
     if threading.current_thread() is not threading.main_thread():
         return
     if _put_back is not None and _pinned:
-        # As the program left it: its handler in front of ours, and ours chaining to what
-        # it did then (review 127: ours stayed in front, chaining to a handler the program
-        # had since put ours back over; its "restore and kill again" looped, and the
-        # process lived on)
-        front, before = _put_back
-        _put_back = None
-        if signal.getsignal(signal.SIGTERM) is _handler:  # else replaced again: theirs
-            signal.signal(signal.SIGTERM, front)
-            _previous = before
+        if signal.getsignal(signal.SIGTERM) is _handler:  # (else when next delivered)
+            _take_put_back()
         return
     if _installed and not _pinned:
         if signal.getsignal(signal.SIGTERM) is _handler:  # else the application replaced it
@@ -371,7 +402,8 @@ def enter(run: Active) -> None:
             _hook_exit()
             if _install(reinstall=len(_runs) == 1) or _warned:
                 return
-            if signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
+            current = signal.getsignal(signal.SIGTERM)
+            if current is None or _is_ignored(current):
                 return
         except BaseException:
             _runs.remove(run)
@@ -556,6 +588,15 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # served afresh, as if we were not installed (review 58: ignored for good).
         _reset_term()
     if _term_at is None and not runs:
+        if _put_back is not None and _pinned and delivered:
+            # As if the program's handler were in front, as it left it (see _put_back)
+            front = _take_put_back()
+            if callable(front):
+                _call_previous(front, signum, frame)
+            elif _is_default(front):
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            return
         _chain(signum, frame)
         return
     if _interrupt_main:
@@ -781,7 +822,7 @@ def _chain(signum: int, frame: FrameType | None) -> None:
         return
     if callable(previous):
         _call_previous(previous, signum, frame)
-    elif previous == signal.SIG_DFL and _term_at is None:
+    elif _is_default(previous) and _term_at is None:
         # As if we were not installed: the default action (the process dies by SIGTERM).
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -815,13 +856,35 @@ def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> No
     replaced: that is called, unless it is on the way here already (the caller itself,
     or one ours is calling); SIG_DFL or SIG_IGN there means nothing to call (a chaining
     handler calls ``old`` only if it is callable). ``loop``: from _chain's guard, where
-    the frame passed may be the caller's own: any call of a handler counts."""
+    the frame passed may be the caller's own: any call of a handler counts, and SIG_DFL
+    is the default action (ours was delivered, over and over: a handler that restores
+    what it replaced, ours, and kills again, review 130)."""
+    interrupted = None if loop else frame if frame is not None else _under_installed()
     for before in reversed(_replaced_handlers):
-        if before is _handler or _on_the_way(before, None if loop else frame):
+        if before is _handler or _on_the_way(before, interrupted):
             continue
         if callable(before):
             _call_previous(before, signum, frame)
+        elif loop and _is_default(before) and _term_at is None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
         return
+
+
+def _under_installed() -> FrameType | None:
+    """The frame a SIGTERM interrupted, when the handler calling ours passed None (review
+    130: as event loops' callbacks do): the caller of the installed handler's call on
+    our way here, if one is found."""
+    unwrapped = _unwrapped(signal.getsignal(signal.SIGTERM))
+    code = getattr(unwrapped[0], "__code__", None)
+    caller: FrameType | None = sys._getframe(3)  # (ours' caller)
+    for _ in range(64):
+        if caller is None or code is None:
+            return None
+        if caller.f_code is code and _runs_as(caller, *unwrapped):
+            return caller.f_back
+        caller = caller.f_back
+    return None
 
 
 def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
@@ -829,10 +892,10 @@ def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
     our callers, down from the frame the SIGTERM ``interrupted`` (what a handler running
     there, or a call of it the program made, is doing is not this SIGTERM's: review 127,
     without us it is called again). One handler object is told from another of the same
-    code (two instances' bound methods, a factory's closures: review 127) by its
-    ``self`` or its closure's values."""
-    func, owner = _unwrapped(handler)
-    code = getattr(func, "__code__", None)
+    code (two instances' bound methods, a factory's closures, two partials of one
+    function: reviews 127, 130) by what it binds: ``self``, closure values, arguments."""
+    unwrapped = _unwrapped(handler)
+    code = getattr(unwrapped[0], "__code__", None)
     calls = [f for h, f in _calling if h is handler]
     if calls and interrupted is None:  # (not known where this SIGTERM came in: any call)
         return True
@@ -842,40 +905,62 @@ def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
             return False
         if any(caller is f for f in calls):
             return True
-        if caller.f_code is code and _runs_as(caller, func, owner):
+        if caller.f_code is code and _runs_as(caller, *unwrapped):
             return True
         caller = caller.f_back
     return False
 
 
-def _unwrapped(handler: Any) -> tuple[Any, Any]:
+def _unwrapped(handler: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """The function a handler runs (a partial's, a method's, a callable object's
-    ``__call__``) and the object it is bound to, if any."""
+    ``__call__``), and the arguments it is called with first (the object a method is
+    bound to, a partial's) and by name (a partial's)."""
+    args: tuple[Any, ...] = ()
+    keywords: dict[str, Any] = {}
     for _ in range(8):
         if isinstance(handler, partial):
+            args, keywords = handler.args + args, {**handler.keywords, **keywords}
             handler = handler.func
         elif isinstance(handler, types.MethodType):
-            return handler.__func__, handler.__self__
+            return handler.__func__, (handler.__self__, *args), keywords
         elif isinstance(handler, types.FunctionType):
-            return handler, None
+            return handler, args, keywords
         else:
             call = getattr(type(handler), "__call__", None)  # noqa: B004 (the function)
-            return (call, handler) if isinstance(call, types.FunctionType) else (None, None)
-    return None, None
+            if isinstance(call, types.FunctionType):
+                return call, (handler, *args), keywords
+            break
+    return None, (), {}
 
 
-def _runs_as(frame: FrameType, func: Any, owner: Any) -> bool:
-    """Whether ``frame``, running ``func``'s code, is a call of this very handler."""
+_VARARGS, _VARKEYWORDS = 0x04, 0x08  # (a code object's flags: it takes *args, **kwargs)
+_MISSING = object()
+
+
+def _runs_as(frame: FrameType, func: Any, args: tuple[Any, ...],
+             keywords: dict[str, Any]) -> bool:
+    """Whether ``frame``, running ``func``'s code, is a call of this very handler: its
+    first arguments are ``args`` (by identity), its named ones ``keywords``, its closure
+    ``func``'s (a decorator's ``*args`` wrapper included: review 130)."""
     code = frame.f_code
     try:
         values = frame.f_locals
-        if owner is not None and not (code.co_argcount and
-                                      values.get(code.co_varnames[0]) is owner):
+        given = [values.get(name, _MISSING) for name in code.co_varnames[:code.co_argcount]]
+        if code.co_flags & _VARARGS:
+            given += list(values.get(
+                code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()))
+        if len(given) < len(args) or any(a is not b for a, b in zip(given, args, strict=False)):
             return False
+        if keywords and code.co_flags & _VARKEYWORDS:
+            at = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & _VARARGS)
+            values = {**values.get(code.co_varnames[at], {}), **values}
+        for name, value in keywords.items():
+            if values.get(name, _MISSING) is not value:
+                return False
         for name, cell in zip(code.co_freevars, func.__closure__ or (), strict=False):
             if values.get(name, cell) is not cell.cell_contents:
                 return False
-    except (ValueError, AttributeError):  # an empty cell: not this one's, as far as is known
+    except (ValueError, AttributeError, TypeError):  # (an empty cell, say): as far as known
         return True
     return True
 

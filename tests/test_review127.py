@@ -16,66 +16,12 @@ library): each program here runs without and with the library, and must end the 
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .signal_children import finish, spawn, wait_for
-
-_PRELUDE = """
-import functools, inspect, os, signal, sys, threading
-READY, LIBRARY, STORE = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-
-def ready(k=0):  # the test sends the next SIGTERM once this file is there
-    open(READY + (f".{k}" if k else ""), "w").close()
-
-def forever():  # a wait in C that a SIGTERM interrupts (no sleep)
-    threading.Event().wait()
-
-def install():  # with the library: its handler, for good
-    if LIBRARY:
-        resumable.install_signal_handlers()
-
-if LIBRARY:
-    import resumable
-    from resumable import checkpointed
-
-    @checkpointed(store=STORE)
-    def count(n, *, state=None):
-        s = state or 0
-        while s < n:
-            s += 1
-            yield s
-        return s
-else:
-    def count(n):
-        return n
-"""
-
-
-def _ends(tmp_path: Path, source: str, library: bool, signals: int = 1) -> tuple[Any, ...]:
-    where = tmp_path / ("with" if library else "without")
-    where.mkdir()
-    ready = where / "ready"
-    proc = spawn(where, _PRELUDE + source, str(ready), str(int(library)), str(where / "s"))
-    for k in range(signals):
-        mark = ready.with_name(f"ready.{k}") if k else ready
-        wait_for(mark, proc)
-        text = mark.read_text().strip()
-        os.kill(int(text) if text else proc.pid, signal.SIGTERM)
-    out, err = finish(proc)
-    assert "Traceback" not in err, err[-3000:]
-    return proc.returncode, [line for line in out.splitlines() if line != "RESULT 3"]
-
-
-def _as_without(tmp_path: Path, source: str, expected: tuple[Any, ...],
-                signals: int = 1) -> None:
-    assert _ends(tmp_path, source, False, signals) == expected  # the program, as it is
-    assert _ends(tmp_path, source, True, signals) == expected
-
+from .signal_children import as_without as _as_without
 
 _RESTORE_AND_KILL = """
 install()
