@@ -50,7 +50,7 @@ def finish(proc: subprocess.Popen[str], group: bool = False) -> tuple[str, str]:
 
 
 PRELUDE = """
-import functools, inspect, os, signal, sys, threading
+import contextlib, functools, inspect, os, signal, sys, threading
 READY, LIBRARY, STORE = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 
 def ready(k=0):  # the test sends the next SIGTERM once this file is there
@@ -58,6 +58,16 @@ def ready(k=0):  # the test sends the next SIGTERM once this file is there
 
 def forever():  # a wait in C that a SIGTERM interrupts (no sleep)
     threading.Event().wait()
+
+@contextlib.contextmanager
+def deferred(message):  # a handler of the program's for a while, then the one it found
+    def later(signum, frame):
+        print(message, flush=True)
+    saved = signal.signal(signal.SIGTERM, later)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, saved)
 
 def install():  # with the library: its handler, for good
     if LIBRARY:
@@ -82,9 +92,9 @@ else:
 
 # A child program run without and with the library (its second argument): the same
 # program, where each test says what it must do. PRELUDE gives it ready(k) (the test sends
-# the next SIGTERM once that file is there; the file may hold the pid to signal), forever()
-# (a wait a SIGTERM interrupts), install() and count(n) (a checkpointed run, or a plain
-# function without the library).
+# the next SIGTERM once that file is there; the file may hold the pid to signal),
+# forever() (a wait a SIGTERM interrupts), deferred(message) (a handler for a while),
+# install() and count(n) (a checkpointed run, or a plain function without the library).
 def ends(tmp_path: Path, source: str, library: bool, signals: int = 1) -> tuple[Any, ...]:
     where = tmp_path / ("with" if library else "without")
     where.mkdir()

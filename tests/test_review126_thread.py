@@ -9,26 +9,12 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .signal_children import finish, spawn
+from .signal_children import as_without
 
 _SOURCE = """
-import signal, sys, threading, time
-STORE, LIBRARY = sys.argv[1], sys.argv[2] == "1"
-if LIBRARY:
-    import resumable
-    from resumable import checkpointed
-    resumable.install_signal_handlers()  # ours stays installed once the run is over
-
-    @checkpointed(store=STORE)
-    def count(n, *, state=None):
-        s = state or 0
-        while s < n:
-            s += 1
-            yield s
-        return s
-
-    print("RESULT", count(3), flush=True)
-
+import time
+install()
+print("RESULT", count(3), flush=True)
 main = threading.main_thread()
 
 def main_blocked():  # in the wait below, asleep in the kernel (an event, not a sleep)
@@ -43,22 +29,14 @@ def worker():
     while not main_blocked():
         time.sleep(0.001)
     signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
-    threading.Event().wait()
+    forever()
 
 WAIT_LINE = sys._getframe().f_lineno + 2
 threading.Thread(target=worker, daemon=True).start()
-threading.Event().wait()  # the main thread, in C with no timeout
+forever()  # the main thread, in C with no timeout
 """
-
-
-def _run(tmp_path: Path, library: bool) -> int:
-    proc = spawn(tmp_path, _SOURCE, str(tmp_path / "s"), str(int(library)))
-    _, err = finish(proc)  # (killed after 120 s: the hang this is about)
-    assert "Traceback" not in err, err[-3000:]
-    return proc.returncode
 
 
 def test_a_sigterm_to_another_thread_ends_the_process_as_without_the_library(
         tmp_path: Path) -> None:
-    assert _run(tmp_path, library=False) == -signal.SIGTERM  # the program without us
-    assert _run(tmp_path, library=True) == -signal.SIGTERM
+    as_without(tmp_path, _SOURCE, (-signal.SIGTERM, []), signals=0)

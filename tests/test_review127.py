@@ -42,20 +42,8 @@ def test_restore_and_kill_again_after_a_run(tmp_path: Path) -> None:
 
 
 _RESTORED_BY_A_CONTEXT = """
-import contextlib
 install()
-
-@contextlib.contextmanager
-def deferred():
-    def later(signum, frame):
-        print("the context's handler, after the context", flush=True)
-    old = signal.signal(signal.SIGTERM, later)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-with deferred():
+with deferred("the context's handler, after the context"):
     print("RESULT", count(3), flush=True)
 ready()
 forever()

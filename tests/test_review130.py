@@ -47,21 +47,9 @@ forever()
 
 def test_a_handler_set_otherwise_as_the_run_ended(tmp_path: Path) -> None:
     source = _RESTORE_AND_KILL + """
-import contextlib
-
-@contextlib.contextmanager
-def deferred():
-    def later(signum, frame):
-        print("deferred", flush=True)
-    saved = signal.signal(signal.SIGTERM, later)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, saved)
-
 it = count.iter(3) if LIBRARY else iter([1, 2, 3])
 next(it)
-with deferred():
+with deferred("deferred"):
     list(it)
 ready()
 forever()
@@ -156,20 +144,8 @@ forever()
 
 def test_a_handler_put_back_and_removed_is_not_called(tmp_path: Path) -> None:
     source = """
-import contextlib
 install()
-
-@contextlib.contextmanager
-def deferred():
-    def later(signum, frame):
-        print("the context's handler, after the context", flush=True)
-    old = signal.signal(signal.SIGTERM, later)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-with deferred():
+with deferred("the context's handler, after the context"):
     print("RESULT", count(3), flush=True)
 stopped = threading.Event()
 
