@@ -104,7 +104,17 @@ def _guard_unwinding() -> None:
     threading.Thread(target=_unwind_guard, name="resumable-exit", daemon=True).start()
 
 
+def quiet_thread() -> None:
+    """In a thread of the library's own: SIGTERM and SIGINT are not handed to it (review
+    131: a program that blocks them in its threads and waits for them with
+    ``signal.sigwait`` had them taken by ours, started before its mask: it hung, or was
+    killed). A thread inherits the mask of the thread that starts it."""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+
 def _unwind_guard() -> None:
+    quiet_thread()
     timeout = term_timeout()
     # The runs (this thread's too: it raised Terminated before its last save) may still
     # be saving, for as long as one upload of the state takes (the grace period covers
@@ -298,6 +308,7 @@ def _stop_relay() -> None:
 
 
 def _relay(r: int) -> None:
+    quiet_thread()
     while True:
         try:
             data = os.read(r, 512)
@@ -653,6 +664,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def _watchdog() -> None:
+    quiet_thread()
     timeout = term_timeout()
     deadline = (_term_at or time.monotonic()) + timeout
     if _wait_for_flagged(deadline):
@@ -790,6 +802,7 @@ def _hard_exit(why: str) -> None:
 
 
 def _exit_guard() -> None:
+    quiet_thread()
     # Exit handlers run after the runs saved; one that hangs (multiprocessing's, joining a
     # pool whose workers the same SIGTERM killed) must not keep the pod alive.
     time.sleep(term_timeout())
@@ -813,11 +826,13 @@ def chain_once() -> None:
 
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
-    if sum(previous is h for h, _ in _calling) >= _MOST_NESTED:
+    if (sum(previous is h for h, _ in _calling) >= _MOST_NESTED
+            and frame is not None and frame.f_code is _code_of(previous)):
         # (a handler that called ours back passing its own frame, which looks delivered,
         # would be called for ever; SIGTERMs delivered while it runs reach it, as without
         # us: review 126, a third one to force the exit; past this many nested in one
-        # handler, they do not: review 127)
+        # handler, interrupting that handler itself, they do not: reviews 127, 131, a
+        # SIGTERM sent every 50 ms while the handler joins a thread is not such a loop)
         _called_back(signum, frame, loop=True)
         return
     if callable(previous):
@@ -864,11 +879,26 @@ def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> No
         if before is _handler or _on_the_way(before, interrupted):
             continue
         if callable(before):
+            if _put_back is not None and before is _put_back[0]:
+                _put_back_called()
             _call_previous(before, signum, frame)
         elif loop and _is_default(before) and _term_at is None:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
         return
+
+
+def _put_back_called() -> None:
+    """The handler waiting to be put back is called for this SIGTERM, as the program left
+    it: ours, wherever it is now, chains to what it did before (review 131: that handler
+    restored ours and killed again, and ours, delivered, called it a second time)."""
+    global _put_back, _previous
+    assert _put_back is not None
+    _previous, _put_back = _put_back[1], None
+
+
+def _code_of(handler: Any) -> Any:
+    return getattr(_unwrapped(handler)[0], "__code__", None)
 
 
 def _under_installed() -> FrameType | None:
@@ -878,13 +908,16 @@ def _under_installed() -> FrameType | None:
     unwrapped = _unwrapped(signal.getsignal(signal.SIGTERM))
     code = getattr(unwrapped[0], "__code__", None)
     caller: FrameType | None = sys._getframe(3)  # (ours' caller)
+    nearest = None  # (its code, whatever its arguments now: review 131, reassigned)
     for _ in range(64):
         if caller is None or code is None:
-            return None
-        if caller.f_code is code and _runs_as(caller, *unwrapped):
-            return caller.f_back
+            break
+        if caller.f_code is code:
+            if _runs_as(caller, *unwrapped):
+                return caller.f_back
+            nearest = nearest or caller
         caller = caller.f_back
-    return None
+    return nearest.f_back if nearest is not None else None
 
 
 def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
@@ -899,13 +932,17 @@ def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
     calls = [f for h, f in _calling if h is handler]
     if calls and interrupted is None:  # (not known where this SIGTERM came in: any call)
         return True
+    # The code alone tells when no other handler known has it (what a handler's body
+    # does to its arguments then does not matter: review 131, a partial's reassigned)
+    known = {id(h): h for h in (*_replaced_handlers, signal.getsignal(signal.SIGTERM))}
+    alone = sum(_code_of(h) is code for h in known.values()) <= 1
     caller: FrameType | None = sys._getframe(2)
     for _ in range(64):
         if caller is None or caller is interrupted:
             return False
         if any(caller is f for f in calls):
             return True
-        if caller.f_code is code and _runs_as(caller, *unwrapped):
+        if caller.f_code is code and (alone or _runs_as(caller, *unwrapped)):
             return True
         caller = caller.f_back
     return False
@@ -926,9 +963,15 @@ def _unwrapped(handler: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
         elif isinstance(handler, types.FunctionType):
             return handler, args, keywords
         else:
-            call = getattr(type(handler), "__call__", None)  # noqa: B004 (the function)
+            call = next((vars(k)["__call__"] for k in type(handler).__mro__
+                         if "__call__" in vars(k)), None)  # (as written: review 131)
+            first: tuple[Any, ...] = (handler,)
+            if isinstance(call, staticmethod):
+                call, first = call.__func__, ()
+            elif isinstance(call, classmethod):
+                call, first = call.__func__, (type(handler),)
             if isinstance(call, types.FunctionType):
-                return call, (handler, *args), keywords
+                return call, (*first, *args), keywords
             break
     return None, (), {}
 
@@ -951,6 +994,16 @@ def _runs_as(frame: FrameType, func: Any, args: tuple[Any, ...],
                 code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()))
         if len(given) < len(args) or any(a is not b for a, b in zip(given, args, strict=False)):
             return False
+        # Called with (signum, frame) after those: the rest are the handler's defaults
+        # (a handler made in a loop, ``lambda s, f, name=name: ...``: review 131)
+        defaults = func.__defaults__ or ()
+        first_default = code.co_argcount - len(defaults)
+        for i in range(max(len(args) + 2, first_default), min(code.co_argcount, len(given))):
+            if given[i] is not defaults[i - first_default]:
+                return False
+        for name, value in (func.__kwdefaults__ or {}).items():
+            if name not in keywords and values.get(name, _MISSING) is not value:
+                return False
         if keywords and code.co_flags & _VARKEYWORDS:
             at = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & _VARARGS)
             values = {**values.get(code.co_varnames[at], {}), **values}

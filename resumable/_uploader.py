@@ -24,6 +24,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from . import _signals
+
 log = logging.getLogger("resumable")
 
 Job = Callable[[], None]
@@ -85,6 +87,7 @@ class Uploader:
             self._thread.start()
 
     def _work(self) -> None:
+        _signals.quiet_thread()  # (and the transfer threads it starts)
         while True:
             with self._cond:
                 while True:
