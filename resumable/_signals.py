@@ -108,7 +108,9 @@ def quiet_thread() -> None:
     """In a thread of the library's own: SIGTERM and SIGINT are not handed to it (review
     131: a program that blocks them in its threads and waits for them with
     ``signal.sigwait`` had them taken by ours, started before its mask: it hung, or was
-    killed). A thread inherits the mask of the thread that starts it."""
+    killed). Not the upload thread, which runs the store's code: a thread's mask passes
+    to the processes and threads it starts (review 132: a store's helper process ignored
+    SIGTERM for good)."""
     with contextlib.suppress(ValueError, OSError, AttributeError):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 
@@ -599,14 +601,15 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # served afresh, as if we were not installed (review 58: ignored for good).
         _reset_term()
     if _term_at is None and not runs:
+        if _calling and delivered:
+            # Ours, delivered while it calls the program's handler (in front, see
+            # _call_in_front, or for a chain that called ours): that handler put ours
+            # back as what it replaced and killed again: what it replaced
+            _called_back(signum, frame, loop=True)
+            return
         if _put_back is not None and _pinned and delivered:
             # As if the program's handler were in front, as it left it (see _put_back)
-            front = _take_put_back()
-            if callable(front):
-                _call_previous(front, signum, frame)
-            elif _is_default(front):
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
+            _call_in_front(_take_put_back(), signum, frame, stay=True)
             return
         _chain(signum, frame)
         return
@@ -826,21 +829,35 @@ def chain_once() -> None:
 
 def _chain(signum: int, frame: FrameType | None) -> None:
     previous = _previous
-    if (sum(previous is h for h, _ in _calling) >= _MOST_NESTED
-            and frame is not None and frame.f_code is _code_of(previous)):
-        # (a handler that called ours back passing its own frame, which looks delivered,
-        # would be called for ever; SIGTERMs delivered while it runs reach it, as without
-        # us: review 126, a third one to force the exit; past this many nested in one
-        # handler, interrupting that handler itself, they do not: reviews 127, 131, a
-        # SIGTERM sent every 50 ms while the handler joins a thread is not such a loop)
-        _called_back(signum, frame, loop=True)
-        return
     if callable(previous):
-        _call_previous(previous, signum, frame)
+        if _term_at is None:  # (no run to serve: as without us)
+            _call_in_front(previous, signum, frame)
+        else:
+            _call_previous(previous, signum, frame)
     elif _is_default(previous) and _term_at is None:
         # As if we were not installed: the default action (the process dies by SIGTERM).
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def _call_in_front(handler: Any, signum: int, frame: FrameType | None,
+                   stay: bool = False) -> None:
+    """The program's handler, for a SIGTERM delivered to ours with no run active, runs as
+    the installed one, as it would without us: a SIGTERM while it runs reaches it nested,
+    directly (a supervisor's every 50 ms: review 131); one it makes by putting back what it
+    replaced, ours, and killing again comes to ours while it runs, which then does what it
+    replaced did (reviews 127-132: ours in front of it called it again, 20 times or until
+    RecursionError). Ours is in front again after it, unless it installed another, or
+    ``stay`` (it is being put back)."""
+    if not callable(handler):
+        _deliver_to(handler, signum, frame)
+        return
+    signal.signal(signum, handler)
+    try:
+        _call_previous(handler, signum, frame)
+    finally:
+        if not stay and signal.getsignal(signum) is handler:
+            signal.signal(signum, _handler)
 
 
 def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
@@ -862,7 +879,6 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
 # chain going on past ours: it goes to what was there before ours was first installed.
 _calling: list[tuple[Any, FrameType]] = []  # the program's handlers ours calls now, and
 # the frames calling them
-_MOST_NESTED = 20  # calls of one handler on the way, past which it is taken for a loop
 
 
 def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> None:
@@ -870,17 +886,14 @@ def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> No
     handler it replaced (``old``). Without us, ``old`` would have been what our install
     replaced: that is called, unless it is on the way here already (the caller itself,
     or one ours is calling); SIG_DFL or SIG_IGN there means nothing to call (a chaining
-    handler calls ``old`` only if it is callable). ``loop``: from _chain's guard, where
-    the frame passed may be the caller's own: any call of a handler counts, and SIG_DFL
-    is the default action (ours was delivered, over and over: a handler that restores
-    what it replaced, ours, and kills again, review 130)."""
+    handler calls ``old`` only if it is callable). ``loop``: ours was delivered while the
+    program's handler ran in front, which put ours back and killed again: any call of a
+    handler counts as on the way, and SIG_DFL is the default action."""
     interrupted = None if loop else frame if frame is not None else _under_installed()
     for before in reversed(_replaced_handlers):
         if before is _handler or _on_the_way(before, interrupted):
             continue
         if callable(before):
-            if _put_back is not None and before is _put_back[0]:
-                _put_back_called()
             _call_previous(before, signum, frame)
         elif loop and _is_default(before) and _term_at is None:
             signal.signal(signum, signal.SIG_DFL)
@@ -888,13 +901,13 @@ def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> No
         return
 
 
-def _put_back_called() -> None:
-    """The handler waiting to be put back is called for this SIGTERM, as the program left
-    it: ours, wherever it is now, chains to what it did before (review 131: that handler
-    restored ours and killed again, and ours, delivered, called it a second time)."""
-    global _put_back, _previous
-    assert _put_back is not None
-    _previous, _put_back = _put_back[1], None
+def _deliver_to(handler: Any, signum: int, frame: FrameType | None) -> None:
+    """What a SIGTERM delivered to ``handler`` does: called, or the default action."""
+    if callable(handler):
+        _call_previous(handler, signum, frame)
+    elif _is_default(handler) and _term_at is None:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def _code_of(handler: Any) -> Any:
@@ -932,8 +945,9 @@ def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
     calls = [f for h, f in _calling if h is handler]
     if calls and interrupted is None:  # (not known where this SIGTERM came in: any call)
         return True
-    # The code alone tells when no other handler known has it (what a handler's body
-    # does to its arguments then does not matter: review 131, a partial's reassigned)
+    # When no other handler known has its code, a partial's arguments and the defaults
+    # are not compared (a body may reassign them: review 131), its self and closure are
+    # (another instance's handler of the same class may be on the way: review 132)
     known = {id(h): h for h in (*_replaced_handlers, signal.getsignal(signal.SIGTERM))}
     alone = sum(_code_of(h) is code for h in known.values()) <= 1
     caller: FrameType | None = sys._getframe(2)
@@ -942,16 +956,16 @@ def _on_the_way(handler: Any, interrupted: FrameType | None) -> bool:
             return False
         if any(caller is f for f in calls):
             return True
-        if caller.f_code is code and (alone or _runs_as(caller, *unwrapped)):
+        if caller.f_code is code and _runs_as(caller, *unwrapped, loose=alone):
             return True
         caller = caller.f_back
     return False
 
 
-def _unwrapped(handler: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+def _unwrapped(handler: Any) -> tuple[Any, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]:
     """The function a handler runs (a partial's, a method's, a callable object's
-    ``__call__``), and the arguments it is called with first (the object a method is
-    bound to, a partial's) and by name (a partial's)."""
+    ``__call__``), the object it is bound to (none or one), and the arguments a partial
+    adds, first and by name."""
     args: tuple[Any, ...] = ()
     keywords: dict[str, Any] = {}
     for _ in range(8):
@@ -959,9 +973,9 @@ def _unwrapped(handler: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
             args, keywords = handler.args + args, {**handler.keywords, **keywords}
             handler = handler.func
         elif isinstance(handler, types.MethodType):
-            return handler.__func__, (handler.__self__, *args), keywords
+            return handler.__func__, (handler.__self__,), args, keywords
         elif isinstance(handler, types.FunctionType):
-            return handler, args, keywords
+            return handler, (), args, keywords
         else:
             call = next((vars(k)["__call__"] for k in type(handler).__mro__
                          if "__call__" in vars(k)), None)  # (as written: review 131)
@@ -971,20 +985,21 @@ def _unwrapped(handler: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
             elif isinstance(call, classmethod):
                 call, first = call.__func__, (type(handler),)
             if isinstance(call, types.FunctionType):
-                return call, (*first, *args), keywords
+                return call, first, args, keywords
             break
-    return None, (), {}
+    return None, (), (), {}
 
 
 _VARARGS, _VARKEYWORDS = 0x04, 0x08  # (a code object's flags: it takes *args, **kwargs)
 _MISSING = object()
 
 
-def _runs_as(frame: FrameType, func: Any, args: tuple[Any, ...],
-             keywords: dict[str, Any]) -> bool:
+def _runs_as(frame: FrameType, func: Any, bound: tuple[Any, ...], partial_args: tuple[Any, ...],
+             keywords: dict[str, Any], loose: bool = False) -> bool:
     """Whether ``frame``, running ``func``'s code, is a call of this very handler: its
-    first arguments are ``args`` (by identity), its named ones ``keywords``, its closure
-    ``func``'s (a decorator's ``*args`` wrapper included: review 130)."""
+    first arguments are ``bound`` and ``partial_args`` (by identity), its named ones
+    ``keywords``, its closure ``func``'s (a decorator's ``*args`` wrapper included: review
+    130). ``loose``: only ``bound`` and the closure are compared."""
     code = frame.f_code
     try:
         values = frame.f_locals
@@ -992,6 +1007,14 @@ def _runs_as(frame: FrameType, func: Any, args: tuple[Any, ...],
         if code.co_flags & _VARARGS:
             given += list(values.get(
                 code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()))
+        if len(given) < len(bound) or any(a is not b for a, b in zip(given, bound, strict=False)):
+            return False
+        for name, cell in zip(code.co_freevars, func.__closure__ or (), strict=False):
+            if values.get(name, cell) is not cell.cell_contents:
+                return False
+        if loose:
+            return True
+        args = (*bound, *partial_args)
         if len(given) < len(args) or any(a is not b for a, b in zip(given, args, strict=False)):
             return False
         # Called with (signum, frame) after those: the rest are the handler's defaults
@@ -1009,9 +1032,6 @@ def _runs_as(frame: FrameType, func: Any, args: tuple[Any, ...],
             values = {**values.get(code.co_varnames[at], {}), **values}
         for name, value in keywords.items():
             if values.get(name, _MISSING) is not value:
-                return False
-        for name, cell in zip(code.co_freevars, func.__closure__ or (), strict=False):
-            if values.get(name, cell) is not cell.cell_contents:
                 return False
     except (ValueError, AttributeError, TypeError):  # (an empty cell, say): as far as known
         return True

@@ -24,8 +24,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _signals
-
 log = logging.getLogger("resumable")
 
 Job = Callable[[], None]
@@ -87,7 +85,6 @@ class Uploader:
             self._thread.start()
 
     def _work(self) -> None:
-        _signals.quiet_thread()  # (and the transfer threads it starts)
         while True:
             with self._cond:
                 while True:
