@@ -204,6 +204,9 @@ def _install(reinstall: bool = True) -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
     previous = signal.getsignal(signal.SIGTERM)
+    if previous is _handler:  # (already in front: what ours chains to stays; review 133)
+        _owner, _installed = os.getpid(), True
+        return True
     if previous is signal.SIG_IGN or previous is None:
         return False  # ignored stays ignored; a handler set outside Python is left alone
     # (installed before and replaced since: the application's handler, set after
@@ -275,6 +278,7 @@ def _replaced() -> Any:
 _relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, this pid
 _relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
 _relay_holds = False  # the wakeup fd is ours (set by _start_relay, not handed back)
+_taken_at = -1.0  # when ours last took a SIGTERM delivered to it (monotonic)
 
 
 def _start_relay() -> None:
@@ -312,6 +316,7 @@ def _stop_relay() -> None:
 def _relay(r: int) -> None:
     quiet_thread()
     while True:
+        began = time.monotonic()
         try:
             data = os.read(r, 512)
         except OSError:
@@ -322,16 +327,21 @@ def _relay(r: int) -> None:
             if signum != signal.SIGTERM:
                 continue
             try:
-                _relay_one()
+                _relay_one(began)
             except Exception:  # (the thread must outlive whatever one signal met)
                 log.debug("relaying a SIGTERM failed", exc_info=True)
 
 
-def _relay_one() -> None:
-    """One SIGTERM read from the wakeup fd: sent on to the main thread if it is to be."""
+def _relay_one(began: float) -> None:
+    """One SIGTERM read from the wakeup fd: sent on to the main thread if it is to be.
+    ``began``: when the read that returned it began."""
     global _relay_echoes
     if _relay_echoes:
         _relay_echoes -= 1
+        return
+    if _taken_at >= began:
+        # Ours ran in the main thread since: this SIGTERM is served (review 133: read late,
+        # with a run begun meanwhile, it was relayed and stopped that run)
         return
     # The main thread may be past its script, joining the runs' threads at exit
     # (is_alive() is False then): its OS thread lives until the process ends,
@@ -578,12 +588,14 @@ def forget_within(run: Active) -> None:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
-    global _term_at, _interrupt_main, _exit_143, _sent_again, _main_stopped
+    global _term_at, _interrupt_main, _exit_143, _sent_again, _main_stopped, _taken_at
     # Delivered: Python passes the handler the frame it interrupted, its caller's (None,
     # with no caller, when no Python code ran: review 126, a REPL's prompt, an atexit C
     # callback), and calls only the handler installed (review 127: a handler passing its
     # own frame to ours looked delivered).
     delivered = frame is sys._getframe().f_back and signal.getsignal(signum) is _handler
+    if delivered:
+        _taken_at = time.monotonic()
     if not delivered and _term_at is None and (not _runs or os.getpid() != _owner):
         # Called: by a handler that chains to ours (``old(signum, frame)``), or by a program
         # holding ours. With no run to serve, as without us (reviews 122-125; in a forked
@@ -601,13 +613,20 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # served afresh, as if we were not installed (review 58: ignored for good).
         _reset_term()
     if _term_at is None and not runs:
-        if _calling and delivered:
-            # Ours, delivered while it calls the program's handler (in front, see
-            # _call_in_front, or for a chain that called ours): that handler put ours
-            # back as what it replaced and killed again: what it replaced
+        if _in_front and delivered:
+            # Ours, delivered while the program's handler runs in front (see
+            # _call_in_front): it put ours back as what it replaced and killed again:
+            # what it replaced (not a call of it for a chain: review 133, that one's
+            # SIGTERMs go on as any)
             _called_back(signum, frame, loop=True)
             return
         if _put_back is not None and _pinned and delivered:
+            front, before = _put_back
+            if any(h is front for h, _ in _calling):
+                # That handler, called for a chain, put ours back as what it replaced and
+                # killed again (review 131: called twice): what ours chained to before
+                _deliver_to(before, signum, frame)
+                return
             # As if the program's handler were in front, as it left it (see _put_back)
             _call_in_front(_take_put_back(), signum, frame, stay=True)
             return
@@ -852,17 +871,26 @@ def _call_in_front(handler: Any, signum: int, frame: FrameType | None,
     if not callable(handler):
         _deliver_to(handler, signum, frame)
         return
+    pid = os.getpid()
     signal.signal(signum, handler)
+    _in_front.append(handler)
     try:
         _call_previous(handler, signum, frame)
     finally:
-        if not stay and signal.getsignal(signum) is handler:
-            signal.signal(signum, _handler)
+        if os.getpid() == pid:  # (not in a child it forked: there it stays, review 133)
+            _in_front.pop()
+            # Unless a run it made left and took ours out meanwhile (review 133)
+            if not stay and _installed and signal.getsignal(signum) is handler:
+                signal.signal(signum, _handler)
+
+
+_in_front: list[Any] = []  # the program's handlers running in front now (_call_in_front)
 
 
 def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
     """The application's handler; what it raises is marked as its own (see _at_exit)."""
     global _app_raised
+    pid = os.getpid()
     _calling.append((previous, sys._getframe()))
     try:
         previous(signum, frame)
@@ -870,7 +898,8 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
         _app_raised = err
         raise
     finally:
-        _calling.pop()
+        if os.getpid() == pid:  # (a child it forked has none: review 133)
+            _calling.pop()
 
 
 # An application's handler installed after ours chains to ours (``old(signum, frame)``);
@@ -1594,6 +1623,7 @@ def _after_fork_in_child() -> None:
     global _signalled_workers, _put_back
     _signalled_workers, _put_back = None, None
     _calling.clear()  # (_replaced_handlers stays: a child's handlers are its parent's)
+    _in_front.clear()
     _exit_143 = _interrupt_main = False
     _left_unacted = _redeliver = _error_kept = _acting = _sent_again = False
     _main_stopped = False
