@@ -603,8 +603,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         _called_back(signum, frame)
         return
     if os.getpid() != _owner:  # a child forked without our at-fork reset
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        _default_action(signum)
         return
     runs = list(_runs)
     if not runs and _left_unacted and not (_unwinding or _script_over()):
@@ -847,16 +846,10 @@ def chain_once() -> None:
 
 
 def _chain(signum: int, frame: FrameType | None) -> None:
-    previous = _previous
-    if callable(previous):
-        if _term_at is None:  # (no run to serve: as without us)
-            _call_in_front(previous, signum, frame)
-        else:
-            _call_previous(previous, signum, frame)
-    elif _is_default(previous) and _term_at is None:
-        # As if we were not installed: the default action (the process dies by SIGTERM).
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+    if _term_at is None:  # (no run to serve: as without us)
+        _call_in_front(_previous, signum, frame)
+    else:
+        _deliver_to(_previous, signum, frame)
 
 
 def _call_in_front(handler: Any, signum: int, frame: FrameType | None,
@@ -922,21 +915,23 @@ def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> No
     for before in reversed(_replaced_handlers):
         if before is _handler or _on_the_way(before, interrupted):
             continue
-        if callable(before):
-            _call_previous(before, signum, frame)
-        elif loop and _is_default(before) and _term_at is None:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        if callable(before) or loop:
+            _deliver_to(before, signum, frame)
         return
 
 
 def _deliver_to(handler: Any, signum: int, frame: FrameType | None) -> None:
-    """What a SIGTERM delivered to ``handler`` does: called, or the default action."""
+    """What a SIGTERM delivered to ``handler`` does: called, or (no SIGTERM being served)
+    the default action, as if we were not installed: the process dies by SIGTERM."""
     if callable(handler):
         _call_previous(handler, signum, frame)
     elif _is_default(handler) and _term_at is None:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        _default_action(signum)
+
+
+def _default_action(signum: int) -> None:
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _code_of(handler: Any) -> Any:

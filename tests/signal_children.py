@@ -114,3 +114,21 @@ def as_without(tmp_path: Path, source: str, expected: tuple[Any, ...],
                signals: int = 1) -> None:
     assert ends(tmp_path, source, False, signals) == expected  # the program, as it is
     assert ends(tmp_path, source, True, signals) == expected
+
+
+# The program's own handler for the tests of a second SIGTERM during its cleanup: the
+# first waits (the test sends the second once ready.1 is there), the second forces exit 3
+GRACEFUL_THEN_FORCED = """
+calls = 0
+
+def graceful_then_force(signum, frame):
+    global calls
+    calls += 1
+    print("A call", calls, flush=True)
+    if calls > 1:
+        os._exit(3)
+    ready(1)  # the second SIGTERM, during its cleanup
+    forever()
+
+signal.signal(signal.SIGTERM, graceful_then_force)
+"""

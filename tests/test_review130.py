@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .signal_children import as_without
+from .signal_children import GRACEFUL_THEN_FORCED, as_without
 
 _RESTORE_AND_KILL = """
 install()
@@ -195,19 +195,7 @@ print("clean shutdown", flush=True)
 
 
 def test_a_sigterm_during_the_handler_when_the_frame_passed_is_none(tmp_path: Path) -> None:
-    source = """
-calls = 0
-
-def graceful_then_force(signum, frame):
-    global calls
-    calls += 1
-    print("A call", calls, flush=True)
-    if calls > 1:
-        os._exit(3)
-    ready(1)  # the second SIGTERM, during its cleanup
-    forever()
-
-signal.signal(signal.SIGTERM, graceful_then_force)
+    source = GRACEFUL_THEN_FORCED + """
 install()
 
 def component(signum, frame):  # as an event loop's callback: no frame

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .signal_children import as_without
+from .signal_children import GRACEFUL_THEN_FORCED, as_without
 
 _SIGWAIT = """
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -158,19 +158,7 @@ def test_handler_kinds_are_called_once(tmp_path: Path, kind: str, called: str) -
 
 @pytest.mark.parametrize("kind", ["reassigned", "static"])
 def test_a_second_sigterm_when_the_frame_passed_is_none(tmp_path: Path, kind: str) -> None:
-    source = f"KIND = {kind!r}\n" + """
-calls = 0
-
-def graceful_then_force(signum, frame):
-    global calls
-    calls += 1
-    print("A call", calls, flush=True)
-    if calls > 1:
-        os._exit(3)
-    ready(1)  # the second SIGTERM, during its cleanup
-    forever()
-
-signal.signal(signal.SIGTERM, graceful_then_force)
+    source = f"KIND = {kind!r}\n" + GRACEFUL_THEN_FORCED + """
 install()
 
 def component(name, signum, frame):
