@@ -132,3 +132,27 @@ def graceful_then_force(signum, frame):
 
 signal.signal(signal.SIGTERM, graceful_then_force)
 """
+
+
+def started(tmp_path: Path, source: str, before: str = "") -> tuple[subprocess.Popen[str], Path]:
+    """A child program run with the library, once it has called ready(): the process and
+    that file (which may hold the pid to signal). ``before`` + PRELUDE + ``source``, where
+    ``before`` is the program's own set-up that runs before the library is imported (it
+    may use PRELUDE's names only in functions called later)."""
+    ready = tmp_path / "ready"
+    proc = spawn(tmp_path, before + PRELUDE + source, str(ready), "1", str(tmp_path / "s"))
+    wait_for(ready, proc)
+    return proc, ready
+
+
+# After PRELUDE, for a program whose own SIGTERM handler was set before the library was
+# imported: a run with ours installed for good, then it idles in Python code (polling:
+# each SIGTERM finds a Python frame) until its handler ends it
+RUN_THEN_POLL = """
+import time
+install()
+print("RESULT", count(3), flush=True)
+ready()
+while True:
+    time.sleep(0.01)
+"""

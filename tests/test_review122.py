@@ -9,15 +9,11 @@ from pathlib import Path
 
 from resumable._errors import EXIT_SIGTERM
 
-from .signal_children import finish, spawn, wait_for
+from .signal_children import finish, spawn, started, wait_for
 from .test_review120 import SLOW_READ
 
 _CHAINING_APP = """
-import os, signal, sys, time
-import resumable
-from resumable import checkpointed
-
-STORE, READY = sys.argv[1], sys.argv[2]
+import time
 resumable.install_signal_handlers()
 old = signal.getsignal(signal.SIGTERM)
 calls, stop = 0, False
@@ -31,17 +27,8 @@ def app_handler(signum, frame):  # stop the service, then what was there before 
         old(signum, frame)
 
 signal.signal(signal.SIGTERM, app_handler)
-
-@checkpointed(store=STORE, run_id="r")
-def count(n, *, state=None):
-    s = state or 0
-    while s < n:
-        s += 1
-        yield s
-    return s
-
 print("RESULT", count(3), flush=True)
-open(READY, "w").close()  # the run is over; the service idles until told to stop
+ready()  # the run is over; the service idles until told to stop
 while not stop:
     time.sleep(0.01)
 print("clean shutdown", flush=True)
@@ -53,9 +40,7 @@ def test_an_application_handler_chaining_to_ours_ends_as_without_us(tmp_path: Pa
     until RecursionError (exit 1) (review 122); c75ca06 then ended the process with the
     default action (review 125). As without the library, where ``old`` is SIG_DFL and not
     called: the handler runs once and the service shuts down as it chose to."""
-    ready = tmp_path / "ready"
-    proc = spawn(tmp_path, _CHAINING_APP, str(tmp_path / "s"), str(ready))
-    wait_for(ready, proc)
+    proc, _ = started(tmp_path, _CHAINING_APP)
     proc.send_signal(signal.SIGTERM)
     out, err = finish(proc)
     assert proc.returncode == 0, err[-3000:]

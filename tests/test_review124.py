@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .signal_children import finish, spawn, wait_for
+from .signal_children import finish, spawn, started, wait_for
 
 _UNPINNED = """
 import os, signal, sys, time
@@ -59,11 +59,7 @@ def test_a_chaining_handler_in_front_of_ours_after_the_runs_is_called_once(
 
 
 _FORKED = """
-import os, signal, sys, time
-import resumable
-from resumable import checkpointed
-
-STORE, READY = sys.argv[1], sys.argv[2]
+import time
 resumable.install_signal_handlers()
 old = signal.getsignal(signal.SIGTERM)
 calls, stop = 0, False
@@ -77,15 +73,6 @@ def app_handler(signum, frame):
         old(signum, frame)
 
 signal.signal(signal.SIGTERM, app_handler)
-
-@checkpointed(store=STORE)
-def count(n, *, state=None):
-    s = state or 0
-    while s < n:
-        s += 1
-        yield s
-    return s
-
 pid = os.fork()
 if pid == 0:
     print("child RESULT", count(3), flush=True)
@@ -104,9 +91,7 @@ def test_a_forked_child_with_a_chaining_handler_goes_on_as_its_handler_chose(
         tmp_path: Path) -> None:
     import os
 
-    ready = tmp_path / "ready"
-    proc = spawn(tmp_path, _FORKED, str(tmp_path / "s"), str(ready))
-    wait_for(ready, proc)
+    proc, ready = started(tmp_path, _FORKED)
     os.kill(int(ready.read_text()), signal.SIGTERM)
     out, err = finish(proc)
     assert proc.returncode == 0, err[-3000:]

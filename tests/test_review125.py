@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .signal_children import finish, spawn, wait_for
+from .signal_children import RUN_THEN_POLL, finish, spawn, started, wait_for
 
 _FRAMEWORK = """
 import os, signal, sys, time
@@ -63,9 +63,8 @@ def test_a_framework_set_up_during_a_run_reaches_the_programs_handler(tmp_path: 
 
 
 _SECOND = """
-import os, signal, sys, time
+import signal, sys, time
 calls = 0
-STORE, READY = sys.argv[1], sys.argv[2]
 
 def H(signum, frame):
     global calls
@@ -73,37 +72,18 @@ def H(signum, frame):
     n = calls
     print("H called", n, flush=True)
     if n == 1:
-        open(READY + ".busy", "w").close()
+        ready("busy")
         while calls < 2:  # the cleanup goes on until the second SIGTERM reaches H
             time.sleep(0.005)
         print("H 1 cleanup done", flush=True)
         sys.exit(0)
 
 signal.signal(signal.SIGTERM, H)
-import resumable
-from resumable import checkpointed
-
-resumable.install_signal_handlers()
-
-@checkpointed(store=STORE)
-def count(n, *, state=None):
-    s = state or 0
-    while s < n:
-        s += 1
-        yield s
-    return s
-
-print("RESULT", count(3), flush=True)
-open(READY, "w").close()
-while True:
-    time.sleep(0.01)
 """
 
 
 def test_a_second_sigterm_while_the_programs_handler_runs_reaches_it(tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
-    proc = spawn(tmp_path, _SECOND, str(tmp_path / "s"), str(ready))
-    wait_for(ready, proc)
+    proc, ready = started(tmp_path, RUN_THEN_POLL, before=_SECOND)
     proc.send_signal(signal.SIGTERM)
     wait_for(Path(f"{ready}.busy"), proc)
     proc.send_signal(signal.SIGTERM)
