@@ -192,6 +192,10 @@ def install_signal_handlers() -> None:
     with _lock:
         _install()
         _pinned, _put_back = True, None  # (in front for good: not put back behind)
+        if _installed:
+            # The relay takes the wakeup fd again if it is free: asyncio, say, took it and
+            # set none at its loop's close (review 134: the relay stayed off for good)
+            _start_relay()
 
 
 def _install(reinstall: bool = True) -> bool:
@@ -216,8 +220,16 @@ def _install(reinstall: bool = True) -> bool:
         _replaced_handlers.append(previous)  # (see _called_back)
     if _installed and _pinned:  # (see _put_back)
         _put_back = (previous, _previous if _put_back is None else _put_back[1])
-    signal.signal(signal.SIGTERM, _handler)
+    # Set before the swap: ours runs at once for a SIGTERM that comes as it swaps (review
+    # 134: _owner unset, it took the process for a forked child, the default action)
+    saved = (_previous, _owner, _installed)
     _previous, _owner, _installed = previous, os.getpid(), True
+    try:
+        signal.signal(signal.SIGTERM, _handler)
+    except BaseException:  # (a pending signal's handler raised, before the swap)
+        if signal.getsignal(signal.SIGTERM) is not _handler:
+            _previous, _owner, _installed = saved
+        raise
     _start_relay()
     return True
 
@@ -242,6 +254,10 @@ def _take_put_back() -> Any:
     _put_back = None
     signal.signal(signal.SIGTERM, front)
     _previous = before
+    if any(h is front for h in _in_front):
+        # A run inside that handler, running in front for a SIGTERM ours handed it: it is
+        # still what ours chains to (review 134: a component chaining to ours lost it)
+        return front
     for i in range(len(_replaced_handlers) - 1, -1, -1):
         if _replaced_handlers[i] is front:
             del _replaced_handlers[i]  # (review 130: called after the program removed it)
@@ -864,35 +880,40 @@ def _call_in_front(handler: Any, signum: int, frame: FrameType | None,
     if not callable(handler):
         _deliver_to(handler, signum, frame)
         return
-    pid = os.getpid()
-    signal.signal(signum, handler)
-    _in_front.append(handler)
+    # Every call is a point where Python runs pending signals' handlers, which may raise:
+    # the bookkeeping is undone by depth, first thing, and its checks make no call
+    # (review 134: a handler raising at such a point left itself recorded as running,
+    # and later SIGTERMs were dropped)
+    forks, depth = _forks, len(_in_front)
     try:
+        signal.signal(signum, handler)
+        _in_front.append(handler)
         _call_previous(handler, signum, frame)
     finally:
-        if os.getpid() == pid:  # (not in a child it forked: there it stays, review 133)
-            _in_front.pop()
+        if forks == _forks:  # (not in a child it forked: there it stays, review 133)
+            del _in_front[depth:]
             # Unless a run it made left and took ours out meanwhile (review 133)
             if not stay and _installed and signal.getsignal(signum) is handler:
                 signal.signal(signum, _handler)
 
 
 _in_front: list[Any] = []  # the program's handlers running in front now (_call_in_front)
+_forks = 0  # forks this process descends from (see _after_fork_in_child)
 
 
 def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
     """The application's handler; what it raises is marked as its own (see _at_exit)."""
     global _app_raised
-    pid = os.getpid()
-    _calling.append((previous, sys._getframe()))
+    forks, depth = _forks, len(_calling)  # (see _call_in_front)
     try:
+        _calling.append((previous, sys._getframe()))
         previous(signum, frame)
     except BaseException as err:
         _app_raised = err
         raise
     finally:
-        if os.getpid() == pid:  # (a child it forked has none: review 133)
-            _calling.pop()
+        if forks == _forks:  # (a child it forked has none: review 133)
+            del _calling[depth:]
 
 
 # An application's handler installed after ours chains to ours (``old(signum, frame)``);
@@ -1593,7 +1614,7 @@ def _after_fork_in_child() -> None:
     global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
     global _ctrl_c_after, _left_unacted, _redeliver, _error_kept, _acting, _sent_again
-    global _main_stopped
+    global _main_stopped, _signalled_workers, _put_back, _forks
     _unwinding = False
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _lent)  # the child's own Ctrl-C
@@ -1612,11 +1633,16 @@ def _after_fork_in_child() -> None:
         _relay_fds, _relay_echoes, _relay_holds = None, 0, False
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # A pool's worker forked during a run: the default action (see the README). With
+        # no run active: what ours would hand the SIGTERM to, as without us (review 134:
+        # the program's handler behind ours was lost to the default action)
+        front = _put_back[0] if _put_back is not None and _pinned else _previous
+        idle = not _runs and _term_at is None and callable(front)
+        signal.signal(signal.SIGTERM, front if idle else signal.SIG_DFL)
     _installed = _pinned = _chained = False
     _term_at = None
-    global _signalled_workers, _put_back
     _signalled_workers, _put_back = None, None
+    _forks += 1
     _calling.clear()  # (_replaced_handlers stays: a child's handlers are its parent's)
     _in_front.clear()
     _exit_143 = _interrupt_main = False
