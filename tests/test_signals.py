@@ -241,7 +241,8 @@ def test_a_body_that_never_yields_is_interrupted_after_the_timeout(tmp_path: Pat
 # -- process pools and a SIGTERM to the whole process group -------------------------------
 
 _POOL = """
-import multiprocessing as mp, os, sys, time
+import faulthandler, multiprocessing as mp, os, signal, sys, time
+faulthandler.register(signal.SIGUSR2, all_threads=True)  # (the test's dump of a hang)
 from concurrent.futures import ProcessPoolExecutor
 from resumable import checkpointed
 
@@ -300,9 +301,12 @@ def test_sigterm_to_the_process_group_with_a_process_pool(tmp_path: Path, kind: 
     try:  # the parent's exit, not the pipes' end: a leftover worker would hold those
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR2)  # its threads' stacks, on stderr
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=10)
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
-        pytest.fail(f"the parent hung after SIGTERM to its process group: {err[-3000:]}")
+        pytest.fail(f"the parent hung after SIGTERM to its process group: {err[-6000:]}")
     # No pool worker outlives the parent (a pool replaces the workers the SIGTERM killed).
     deadline = time.monotonic() + 30
     while _group_alive(proc.pid) and time.monotonic() < deadline:
