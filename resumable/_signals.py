@@ -243,15 +243,19 @@ _replaced_handlers: list[Any] = []  # what our installs replaced, oldest first (
 # dropped (ours chaining to that handler after the program had put ours back over it,
 # "restore the old handler and kill again" looped, and the process lived on).
 _put_back: tuple[Any, Any] | None = None
+_takes = 0  # put-backs taken so far, and the handler the last one put in front: a
+_taken: Any = None  # SIGTERM nested in another's first steps may take it (review 135)
 
 
 def _take_put_back() -> Any:
     """From the main thread: the program's handler back in front, as it left it (ours
     chaining to what it did before), and no longer among those ours replaced."""
-    global _put_back, _previous
-    assert _put_back is not None
-    front, before = _put_back
-    _put_back = None
+    global _put_back, _previous, _takes, _taken
+    taken, _put_back = _put_back, None  # (no call between: a nested SIGTERM may take it)
+    if taken is None:
+        return None  # (one did: review 135)
+    front, before = taken
+    _takes, _taken = _takes + 1, front
     signal.signal(signal.SIGTERM, front)
     _previous = before
     if any(h is front for h in _in_front):
@@ -305,6 +309,12 @@ def _start_relay() -> None:
         _relay_fds = (r, w)
         threading.Thread(target=_relay, args=(r,), name="resumable-sigterm-relay",
                          daemon=True).start()
+    aio = sys.modules.get("asyncio")
+    if aio is not None and aio.events._get_running_loop() is not None:
+        # An asyncio loop runs here and may hold the wakeup fd: a signal coming while ours
+        # tried it would be lost to the loop (review 135: its SIGTERM callback never ran).
+        # Taken at the next install or run after the loop.
+        return
     try:
         previous = signal.set_wakeup_fd(_relay_fds[1], warn_on_full_buffer=False)
     except (ValueError, OSError):  # not the main thread of the main interpreter
@@ -605,13 +615,23 @@ def forget_within(run: Active) -> None:
 def _handler(signum: int, frame: FrameType | None) -> None:
     # No locks and no blocking work here: the interrupted code may hold them.
     global _term_at, _interrupt_main, _exit_143, _sent_again, _main_stopped, _taken_at
+    takes = _takes  # (first, before any call: see below)
     # Delivered: Python passes the handler the frame it interrupted, its caller's (None,
     # with no caller, when no Python code ran: review 126, a REPL's prompt, an atexit C
     # callback), and calls only the handler installed (review 127: a handler passing its
     # own frame to ours looked delivered).
-    delivered = frame is sys._getframe().f_back and signal.getsignal(signum) is _handler
+    caller = sys._getframe().f_back
+    delivered = frame is caller and signal.getsignal(signum) is _handler
     if delivered:
         _taken_at = time.monotonic()
+    if _takes != takes and (delivered or frame is caller) and _term_at is None and not _runs:
+        # A second SIGTERM, run at a check point of this one's first steps, took the
+        # pending put-back and put the program's handler in front: this one goes there
+        # too, as both would without us (review 135: the default action, or an
+        # AssertionError). (Not one run before this function's first line: see the user
+        # guide's known limits.)
+        _call_in_front(_taken, signum, frame, stay=True)
+        return
     if not delivered and _term_at is None and (not _runs or os.getpid() != _owner):
         # Called: by a handler that chains to ours (``old(signum, frame)``), or by a program
         # holding ours. With no run to serve, as without us (reviews 122-125; in a forked
@@ -643,7 +663,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
                 _deliver_to(before, signum, frame)
                 return
             # As if the program's handler were in front, as it left it (see _put_back)
-            _call_in_front(_take_put_back(), signum, frame, stay=True)
+            _take_put_back()  # (None if a nested SIGTERM took it meanwhile: review 135)
+            _call_in_front(front, signum, frame, stay=True)
+            return
+        if _takes != takes:  # (taken by a nested SIGTERM since this one began: above)
+            _call_in_front(_taken, signum, frame, stay=True)
             return
         _chain(signum, frame)
         return
@@ -1653,4 +1677,31 @@ def _after_fork_in_child() -> None:
     _flagged.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+# A SIGTERM that reaches a child before the hook above has run would find the parent's
+# handler and wakeup fd, the relay's pipe: the parent's relay then took it for its own
+# (review 135: a pool's terminate() of a worker just forked killed an idle parent, or
+# stopped its run), or ours took the default action where the program's handler would
+# have run. The forking thread blocks SIGTERM across the fork; the child unblocks it
+# once it is set up, and a SIGTERM that came meanwhile is delivered then.
+_fork_masks: dict[int, bool] = {}  # forking thread -> SIGTERM was blocked there before
+
+
+def _block_for_fork() -> None:
+    if _relay_fds is None and not _installed:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _fork_masks[threading.get_ident()] = signal.SIGTERM in mask
+
+
+def _unblock_after_fork() -> None:
+    blocked = _fork_masks.pop(threading.get_ident(), True)
+    if not blocked:
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+os.register_at_fork(before=_block_for_fork, after_in_parent=_unblock_after_fork,
+                    after_in_child=_after_fork_in_child)
+# (a hook of its own, after that one: run even if that one raised)
+os.register_at_fork(after_in_child=_unblock_after_fork)

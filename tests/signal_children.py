@@ -95,11 +95,13 @@ else:
 # the next SIGTERM once that file is there; the file may hold the pid to signal),
 # forever() (a wait a SIGTERM interrupts), deferred(message) (a handler for a while),
 # install() and count(n) (a checkpointed run, or a plain function without the library).
-def ends(tmp_path: Path, source: str, library: bool, signals: int = 1) -> tuple[Any, ...]:
+def ends(tmp_path: Path, source: str, library: bool, signals: int = 1,
+         before: str = "") -> tuple[Any, ...]:
     where = tmp_path / ("with" if library else "without")
     where.mkdir()
     ready = where / "ready"
-    proc = spawn(where, PRELUDE + source, str(ready), str(int(library)), str(where / "s"))
+    proc = spawn(where, before + PRELUDE + source, str(ready), str(int(library)),
+                 str(where / "s"))
     for k in range(signals):
         mark = ready.with_name(f"ready.{k}") if k else ready
         wait_for(mark, proc)
@@ -111,9 +113,10 @@ def ends(tmp_path: Path, source: str, library: bool, signals: int = 1) -> tuple[
 
 
 def as_without(tmp_path: Path, source: str, expected: tuple[Any, ...],
-               signals: int = 1) -> None:
-    assert ends(tmp_path, source, False, signals) == expected  # the program, as it is
-    assert ends(tmp_path, source, True, signals) == expected
+               signals: int = 1, before: str = "") -> None:
+    """``before``: the program's own set-up, run before the library is imported."""
+    assert ends(tmp_path, source, False, signals, before) == expected  # the program, as it is
+    assert ends(tmp_path, source, True, signals, before) == expected
 
 
 # The program's own handler for the tests of a second SIGTERM during its cleanup: the
@@ -155,4 +158,31 @@ print("RESULT", count(3), flush=True)
 ready()
 while True:
     time.sleep(0.01)
+"""
+
+
+# After a program's set-up: a SIGTERM the kernel hands to a thread other than the main
+# one (pthread_kill to itself), once the main thread waits in C with no timeout (seen in
+# /proc: asleep, at the wait's line)
+SIGTERM_TO_A_THREAD = """
+import time
+main = threading.main_thread()
+
+def main_blocked():  # in the wait below, asleep in the kernel (an event, not a sleep)
+    with open(f"/proc/self/task/{main.native_id}/stat") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    frame = sys._current_frames().get(main.ident)
+    while frame is not None and frame.f_back is not None:
+        frame = frame.f_back
+    return state == "S" and frame is not None and frame.f_lineno == WAIT_LINE
+
+def worker():
+    while not main_blocked():
+        time.sleep(0.001)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
+    forever()
+
+WAIT_LINE = sys._getframe().f_lineno + 2
+threading.Thread(target=worker, daemon=True).start()
+forever()  # the main thread, in C with no timeout
 """

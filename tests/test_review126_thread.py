@@ -9,32 +9,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .signal_children import as_without
+from .signal_children import SIGTERM_TO_A_THREAD, as_without
 
 _SOURCE = """
 import time
 install()
 print("RESULT", count(3), flush=True)
-main = threading.main_thread()
-
-def main_blocked():  # in the wait below, asleep in the kernel (an event, not a sleep)
-    with open(f"/proc/self/task/{main.native_id}/stat") as f:
-        state = f.read().rsplit(")", 1)[1].split()[0]
-    frame = sys._current_frames().get(main.ident)
-    while frame is not None and frame.f_back is not None:
-        frame = frame.f_back
-    return state == "S" and frame is not None and frame.f_lineno == WAIT_LINE
-
-def worker():
-    while not main_blocked():
-        time.sleep(0.001)
-    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
-    forever()
-
-WAIT_LINE = sys._getframe().f_lineno + 2
-threading.Thread(target=worker, daemon=True).start()
-forever()  # the main thread, in C with no timeout
-"""
+""" + SIGTERM_TO_A_THREAD
 
 
 def test_a_sigterm_to_another_thread_ends_the_process_as_without_the_library(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .signal_children import as_without, finish, spawn
+from .signal_children import SIGTERM_TO_A_THREAD, as_without, finish, spawn
 
 
 def test_a_handler_raising_at_any_check_point_of_ours(tmp_path: Path) -> None:
@@ -182,24 +182,5 @@ async def service():  # asyncio takes the wakeup fd, and sets none (-1) at its c
 
 asyncio.run(service())
 install()  # (as the user guide says, after such a loop)
-main = threading.main_thread()
-
-def main_blocked():  # the main thread asleep in the wait below
-    with open(f"/proc/self/task/{main.native_id}/stat") as f:
-        state = f.read().rsplit(")", 1)[1].split()[0]
-    frame = sys._current_frames().get(main.ident)
-    while frame is not None and frame.f_back is not None:
-        frame = frame.f_back
-    return state == "S" and frame is not None and frame.f_lineno == WAIT_LINE
-
-def worker():
-    while not main_blocked():
-        threading.Event().wait(0.001)
-    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
-    forever()
-
-WAIT_LINE = sys._getframe().f_lineno + 2
-threading.Thread(target=worker, daemon=True).start()
-forever()
-"""
+""" + SIGTERM_TO_A_THREAD
     as_without(tmp_path, source, (-signal.SIGTERM, []), signals=0)
