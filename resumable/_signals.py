@@ -391,9 +391,53 @@ def _relay_one(began: float) -> None:
         # thread already ran that handler is unknown; a relayed SIGTERM would call
         # it a second time for one signal.
         return
-    with contextlib.suppress(OSError, ValueError):
-        _relay_echoes += 1
-        signal.pthread_kill(main.ident, signal.SIGTERM)
+    _kick_main(main)
+
+
+def _kick_main(main: threading.Thread) -> None:
+    """A SIGTERM to the main thread, sent again until ours has run there.
+
+    A signal interrupts a blocking wait (pool.map's lock) only if it lands while the
+    thread is in it: one that lands just before is only recorded by Python's C handler,
+    and the wait then blocks for good with ours pending. The relay gets the GIL when the
+    main thread lets go of it, on its way into such a wait, so under load its kick often
+    lands just there (a group SIGTERM during pool.map hung about 1 run in 100, stderr
+    empty: no handler, no watchdog). Sent again once the last one has been delivered (no
+    longer pending for the thread: two would merge, and each one's byte, counted as an
+    echo, must come back) and ours has not run since, at growing intervals (a long C
+    call runs ours only when it returns). One the thread keeps blocked is left pending."""
+    global _relay_echoes
+    pause = 0.005
+    while True:
+        kicked = time.monotonic()
+        try:
+            _relay_echoes += 1
+            signal.pthread_kill(main.ident or 0, signal.SIGTERM)
+        except (OSError, ValueError):
+            _relay_echoes -= 1
+            return
+        while True:
+            time.sleep(pause)
+            if (_taken_at >= kicked or _term_at is not None or os.getpid() != _owner
+                    or signal.getsignal(signal.SIGTERM) is not _handler):
+                return  # ours ran (or need not any more)
+            if not _pending_in(main.native_id):
+                break  # delivered, and ours did not run: the wait began after it
+            if time.monotonic() - kicked > max(term_timeout(), 1.0):
+                return  # blocked in that thread: ours runs when it is unblocked
+        pause = min(2 * pause, 1.0)
+
+
+def _pending_in(tid: int | None) -> bool:
+    """A SIGTERM is pending for thread ``tid`` (read on Linux; elsewhere False)."""
+    try:
+        with open(f"/proc/self/task/{tid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigPnd:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _uninstall() -> None:

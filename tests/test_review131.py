@@ -64,8 +64,8 @@ def shutdown(signum, frame):
     global calls
     calls += 1
     n = calls
+    stop.set()  # (before the next SIGTERM: one nested in set() deadlocked on its lock)
     ready(n)  # the next SIGTERM, while this call joins the worker
-    stop.set()
     worker.join()
     print("shutdown done, calls:", n, flush=True)
     sys.exit(0)
