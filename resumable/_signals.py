@@ -21,6 +21,8 @@ $RESUMABLE_TERM_TIMEOUT seconds (default 20) is interrupted; its last saved stat
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
+import _thread
 import atexit
 import contextlib
 import ctypes
@@ -410,6 +412,14 @@ def _kick_main(main: threading.Thread) -> None:
     pause = 0.005
     while True:
         kicked = time.monotonic()
+        while _in_mask(main.native_id, b"SigBlk:"):
+            # Blocked there (a body's section): ours runs at its next check point once the
+            # SIGTERM another thread took is seen; a kick would stay pending and come after
+            # the run (review 136: in an interactive session, the default action then)
+            time.sleep(pause)
+            if (_taken_at >= kicked or _term_at is not None or os.getpid() != _owner
+                    or time.monotonic() - kicked > max(term_timeout(), 1.0)):
+                return
         try:
             _relay_echoes += 1
             signal.pthread_kill(main.ident or 0, signal.SIGTERM)
@@ -421,19 +431,20 @@ def _kick_main(main: threading.Thread) -> None:
             if (_taken_at >= kicked or _term_at is not None or os.getpid() != _owner
                     or signal.getsignal(signal.SIGTERM) is not _handler):
                 return  # ours ran (or need not any more)
-            if not _pending_in(main.native_id):
+            if not _in_mask(main.native_id, b"SigPnd:"):
                 break  # delivered, and ours did not run: the wait began after it
             if time.monotonic() - kicked > max(term_timeout(), 1.0):
                 return  # blocked in that thread: ours runs when it is unblocked
         pause = min(2 * pause, 1.0)
 
 
-def _pending_in(tid: int | None) -> bool:
-    """A SIGTERM is pending for thread ``tid`` (read on Linux; elsewhere False)."""
+def _in_mask(tid: int | None, field: bytes) -> bool:
+    """SIGTERM is in thread ``tid``'s ``field`` (SigPnd: pending; SigBlk: blocked), read on
+    Linux; elsewhere False."""
     try:
         with open(f"/proc/self/task/{tid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"SigPnd:"):
+                if line.startswith(field):
                     return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
     except (OSError, ValueError, IndexError):
         pass
@@ -1727,25 +1738,36 @@ def _after_fork_in_child() -> None:
 # stopped its run), or ours took the default action where the program's handler would
 # have run. The forking thread blocks SIGTERM across the fork; the child unblocks it
 # once it is set up, and a SIGTERM that came meanwhile is delivered then.
+# Each call is a check point where a pending signal's handler may raise (a Ctrl-C as the
+# process forks): the record is made before the block and dropped after the unblock, with
+# the C functions (signal's wrappers add frames), and the unblock is registered twice, so
+# that one raising is done again by the next (review 136: SIGTERM stayed blocked for good,
+# in the parent, or in a child and the programs it execs).
 _fork_masks: dict[int, bool] = {}  # forking thread -> SIGTERM was blocked there before
+_TERM = int(signal.SIGTERM)
 
 
 def _block_for_fork() -> None:
     if _relay_fds is None and not _installed:
         return
-    with contextlib.suppress(OSError, ValueError):
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        _fork_masks[threading.get_ident()] = signal.SIGTERM in mask
+    tid = _thread.get_ident()
+    try:
+        blocked = _TERM in _signal.pthread_sigmask(signal.SIG_BLOCK, ())  # (reads it)
+    except (OSError, ValueError):
+        return
+    _fork_masks[tid] = blocked
+    _signal.pthread_sigmask(signal.SIG_BLOCK, {_TERM})
 
 
 def _unblock_after_fork() -> None:
-    blocked = _fork_masks.pop(threading.get_ident(), True)
-    if not blocked:
-        with contextlib.suppress(OSError, ValueError):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    tid = _thread.get_ident()
+    if _fork_masks.get(tid, True) is False:
+        _signal.pthread_sigmask(signal.SIG_UNBLOCK, {_TERM})
+    _fork_masks.pop(tid, None)
 
 
 os.register_at_fork(before=_block_for_fork, after_in_parent=_unblock_after_fork,
                     after_in_child=_after_fork_in_child)
-# (a hook of its own, after that one: run even if that one raised)
+# (hooks of their own, after those: run even if one before raised)
+os.register_at_fork(after_in_parent=_unblock_after_fork, after_in_child=_unblock_after_fork)
 os.register_at_fork(after_in_child=_unblock_after_fork)
