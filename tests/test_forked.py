@@ -605,5 +605,8 @@ def test_a_child_stuck_on_a_lock_is_ended_and_the_run_goes_on(tmp_path: Path) ->
     assert "result 5\nagain 5" in proc.stdout
     assert proc.stderr.count("sent nothing in") == 1, proc.stderr
     assert "take a lock that another thread holds" in proc.stderr
+    # The stuck child's state was not saved. (Nor, under load, any earlier one: each of
+    # steps 1-4 may be replaced while it waits by the next, as a newer snapshot replaces
+    # a waiting one; the call's result is saved either way, as "again 5" shows.)
     latest = Run(open_store(str(store)), "l").load_latest(with_state=False)
-    assert latest is not None and latest.step < 5  # the stuck child's state was not saved
+    assert latest is None or latest.step < 5
