@@ -69,6 +69,17 @@ def deferred(message):  # a handler of the program's for a while, then the one i
     finally:
         signal.signal(signal.SIGTERM, saved)
 
+class Flag:  # set by a signal handler, waited for by the main thread, with no lock: an
+    # Event's, held by the main thread's wait as the signal came, deadlocked set()
+    def __init__(self):
+        self.r, self.w = os.pipe()
+
+    def set(self):
+        os.write(self.w, b"x")
+
+    def wait(self):
+        os.read(self.r, 1)
+
 def install():  # with the library: its handler, for good
     if LIBRARY:
         resumable.install_signal_handlers()

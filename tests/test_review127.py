@@ -57,7 +57,7 @@ def test_a_handler_restored_by_a_context_is_not_called_after_it(tmp_path: Path) 
 _OWN_FRAME = """
 install()
 old = signal.getsignal(signal.SIGTERM)
-stopped = threading.Event()
+stopped = Flag()
 
 def app(signum, frame):
     stopped.set()
@@ -79,7 +79,7 @@ def test_a_handler_passing_its_own_frame_to_ours(tmp_path: Path) -> None:
 _FORKED_CHILD = """
 install()
 old = signal.getsignal(signal.SIGTERM)
-stopped = threading.Event()
+stopped = Flag()
 
 def app(signum, frame):
     stopped.set()
@@ -133,7 +133,7 @@ def test_two_handlers_of_one_code(tmp_path: Path) -> None:
 _WRAPPED = """
 install()
 calls = 0
-stopped = threading.Event()
+stopped = Flag()
 
 def on_term(tag, signum, frame):  # a second SIGTERM forces the exit
     global calls

@@ -95,7 +95,7 @@ def test_a_handler_whose_eq_assumes_its_own_kind(tmp_path: Path) -> None:
 class Stopper:
     def __init__(self, key):
         self.key = key
-        self.stopped = threading.Event()
+        self.stopped = Flag()
 
     def __eq__(self, other):
         return self.key == other.key
@@ -147,7 +147,7 @@ def test_a_handler_put_back_and_removed_is_not_called(tmp_path: Path) -> None:
 install()
 with deferred("the context's handler, after the context"):
     print("RESULT", count(3), flush=True)
-stopped = threading.Event()
+stopped = Flag()
 
 def app(signum, frame):
     print("app", flush=True)
@@ -175,7 +175,7 @@ def logged(fn):
 
 class Service:
     def __init__(self):
-        self.stopped = threading.Event()
+        self.stopped = Flag()
         self.old = signal.signal(signal.SIGTERM, self.on_term)
 
     @logged
