@@ -407,8 +407,15 @@ def _kick_main(main: threading.Thread) -> None:
     empty: no handler, no watchdog). Sent again once the last one has been delivered (no
     longer pending for the thread: two would merge, and each one's byte, counted as an
     echo, must come back) and ours has not run since, at growing intervals (a long C
-    call runs ours only when it returns). One the thread keeps blocked is left pending."""
+    call runs ours only when it returns). None while the thread blocks SIGTERM."""
     global _relay_echoes
+
+    def served() -> bool:  # ours ran since the kick, or need not run any more
+        return _taken_at >= kicked or _term_at is not None or os.getpid() != _owner
+
+    def late() -> bool:
+        return time.monotonic() - kicked > max(term_timeout(), 1.0)
+
     pause = 0.005
     while True:
         kicked = time.monotonic()
@@ -417,8 +424,7 @@ def _kick_main(main: threading.Thread) -> None:
             # SIGTERM another thread took is seen; a kick would stay pending and come after
             # the run (review 136: in an interactive session, the default action then)
             time.sleep(pause)
-            if (_taken_at >= kicked or _term_at is not None or os.getpid() != _owner
-                    or time.monotonic() - kicked > max(term_timeout(), 1.0)):
+            if served() or late():
                 return
         try:
             _relay_echoes += 1
@@ -428,12 +434,11 @@ def _kick_main(main: threading.Thread) -> None:
             return
         while True:
             time.sleep(pause)
-            if (_taken_at >= kicked or _term_at is not None or os.getpid() != _owner
-                    or signal.getsignal(signal.SIGTERM) is not _handler):
-                return  # ours ran (or need not any more)
+            if served() or signal.getsignal(signal.SIGTERM) is not _handler:
+                return
             if not _in_mask(main.native_id, b"SigPnd:"):
                 break  # delivered, and ours did not run: the wait began after it
-            if time.monotonic() - kicked > max(term_timeout(), 1.0):
+            if late():
                 return  # blocked in that thread: ours runs when it is unblocked
         pause = min(2 * pause, 1.0)
 
