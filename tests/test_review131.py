@@ -101,7 +101,7 @@ forever()
 
 _KINDS = """
 olds = {}
-done = threading.Event()
+done = Flag()  # (a pipe: set() in the handler takes no lock the wait may hold)
 
 def chain_body(name, signum, frame):
     print("A called", name, flush=True)

@@ -91,7 +91,7 @@ def test_a_handler_waiting_to_be_put_back_outlives_a_scope(tmp_path: Path) -> No
     source = """
 install()
 n = 0
-done = threading.Event()
+done = Flag()  # (a pipe: set() in the handler takes no lock the wait may hold)
 
 def graceful(signum, frame):  # a second SIGTERM ends it
     global n

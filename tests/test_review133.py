@@ -25,7 +25,7 @@ def test_a_sigterm_while_the_program_calls_the_installed_handler(tmp_path: Path,
     source = f"BEFORE = {install_before}\n" + """
 if BEFORE:
     install()
-done = threading.Event()
+done = Flag()  # (a pipe: set() in the handler takes no lock the wait may hold)
 calls = 0
 
 def h0(signum, frame):
@@ -50,7 +50,7 @@ print("exit 0", flush=True)
 
 def test_a_run_inside_the_handler_running_in_front(tmp_path: Path) -> None:
     source = """
-done = threading.Event()
+done = Flag()  # (a pipe: set() in the handler takes no lock the wait may hold)
 r, w = os.pipe()
 calls = 0
 
