@@ -426,6 +426,7 @@ class _Execution:
         self.held: Any = None  # the state the consumer holds (the last one yielded)
         self.outer: weakref.ref[Generator[Any, None, Any]] | None = None
         self.checked_result: tuple[bool, Any] | None = None
+        self.identity_unchecked = False  # the run had no identity record (stored_result)
         self.stopping = False  # after SIGTERM: the body is done, the state is being saved
         self.at_yield = False  # the body yielded; its state is being snapshotted
         self.loading = False  # reading its result or checkpoint, before its body starts
@@ -825,6 +826,7 @@ class _Execution:
         if self.checked_result is None:
             run = self.run
             identity = _identity.check_call(run, self.ident, self.opts.ignore)
+            self.identity_unchecked = identity is None  # (none was there: this call's now)
             found, value = run.load_result()
             self.checked_result = (
                 found and _identity.result_applies(run, self.ident, identity), value)
@@ -943,6 +945,16 @@ class _Execution:
                 log.info("resuming run %s (attempt %d) from %s: step %d (saved %.0f s ago%s); "
                          "%d generation(s) not run again", run.where(), run.epoch, name, step,
                          age, f" by attempt {by[0]}" if by else "", step)
+                if self.identity_unchecked and self.ident.fixed:
+                    # Its record was deleted (as a damaged one's error advises) or lost:
+                    # this call's arguments are the run's identity from now on (review
+                    # 138: a call with other arguments took the run over without a word)
+                    log.warning(
+                        "run %s had checkpoints but no identity record, so this call's "
+                        "arguments are unchecked against the state it resumes; they are "
+                        "recorded as the run's identity now. If the run was started by a "
+                        "call with other arguments, delete it (`resumable rm %s %s`) or give "
+                        "this call another run id", run.where(), run.store.url, run.run_id)
             else:
                 log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
                 _identity.warn_if_older_version_derived_another(run, self.ident)

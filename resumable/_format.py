@@ -377,6 +377,18 @@ def _digest_matches(fixed: bytearray, version: int, signed: bool, payload: memor
     return hmac.compare_digest(_digest(version, signed, fixed, [payload]), stored)
 
 
+def check_placed(header: Header, kind: str | None, name: str | None) -> None:
+    """InvalidObject if the header says the object is another kind, or was written under
+    another name (``name``: its key in the store, e.g. ``run/ckpt-...``)."""
+    if kind is not None and header.kind != kind:
+        raise InvalidObject(f"holds a {header.kind!r} record where a {kind!r} was expected")
+    if name is not None and header.name != name:
+        raise InvalidObject(
+            f"was written as {header.name!r}, not {name!r}: copied or renamed",
+            tampered=header.signed,
+        )
+
+
 def decode(
     data: Buffer, *, key: bytes | None = None, kind: str | None = None, name: str | None = None
 ) -> Decoded:
@@ -402,13 +414,7 @@ def decode(
             raise InvalidObject(
                 "signature wrong: written with another key, or altered", tampered=True
             )
-    if kind is not None and header.kind != kind:
-        raise InvalidObject(f"holds a {header.kind!r} record where a {kind!r} was expected")
-    if name is not None and header.name != name:
-        raise InvalidObject(
-            f"was written as {header.name!r}, not {name!r}: copied or renamed",
-            tampered=header.signed,
-        )
+    check_placed(header, kind, name)
     frames = [view[start : start + length]
               for start, length in zip(header.frame_offsets(), header.frame_lengths, strict=True)]
     return Decoded(header, frames)

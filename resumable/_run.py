@@ -21,7 +21,9 @@ import json
 import logging
 import os
 import pickle
+import shlex
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -318,6 +320,18 @@ class Run:
     def where(self, name: str | None = None) -> str:
         return f"{self.store.url}/{self.run_id}" + (f"/{name}" if name else "")
 
+    def _delete_command(self, name: str) -> str:
+        """How to delete one object of the run by hand, e.g. `rm /data/ckpt/run/result`."""
+        from .stores._local import LocalStore
+
+        key = self.key(name)
+        if isinstance(self.store, LocalStore):
+            return f"`rm {shlex.quote(str(self.store._path(key)))}`"
+        s3 = sys.modules.get("resumable.stores._s3")  # (loaded if the store is S3's)
+        if s3 is not None and isinstance(self.store, s3.S3Store):
+            return f"`aws s3 rm {shlex.quote(f's3://{self.store.bucket}/{self.store._key(key)}')}`"
+        return f"key {key!r} of the store"
+
     # -- reading ----------------------------------------------------------------------
 
     def _decode(self, name: str, data: Buffer, kind: str) -> _format.Decoded:
@@ -555,9 +569,13 @@ class Run:
             if err.newer:
                 raise _newer(f"the result record {self.where(RESULT)}", err.reason) from None
             cls = CheckpointTamperedError if err.tampered else CheckpointCorruptError
+            # (not `resumable rm`, which deletes every checkpoint too: review 138, all the
+            # run's generations were computed again)
             raise cls(
                 f"the result record {self.where(RESULT)} fails verification ({err.reason}); "
-                f"delete it with `resumable rm {self.store.url} {self.run_id}` to run again"
+                f"delete that one object ({self._delete_command(RESULT)}) and call again: "
+                f"the run's last checkpoint recomputes the result. To run it again from "
+                f"the start instead: `resumable rm {self.store.url} {self.run_id}`"
             ) from None
         self._check_serializer(RESULT, decoded.header.serializer)
         self.result_epoch = decoded.header.epoch
@@ -609,7 +627,8 @@ class Run:
                 raise cls(
                     f"the {kind} record {self.where(name)} fails verification ({reason}), "
                     f"so this call's arguments cannot be checked against the run's. If "
-                    f"this call is the run's own, delete that one object and call again "
+                    f"this call is the run's own, delete that one object "
+                    f"({self._delete_command(name)}) and call again "
                     f"(it is written anew from this call); otherwise delete the run with "
                     f"`resumable rm {self.store.url} {self.run_id}`, or give this call "
                     f"another run id") from None

@@ -84,16 +84,26 @@ def _flag(raw: str) -> bool:
     raise ValueError(raw)
 
 
+FOREVER = 1e8  # seconds (3 years): what "inf" means, a wait a lock can make
+
+
 def _seconds(raw: str) -> float:
     value = float(raw)
     if not value >= 0:  # NaN and negatives; inf is allowed (no limit)
         raise ValueError(raw)
-    return value
+    # (as a number every wait takes: inf, or 1e10, overflowed the SIGTERM watchdog's
+    # waits, and its thread died; review 138)
+    return min(value, FOREVER)
+
+
+MIN_DUTY = 0.01  # a save then waits at most 99 times its own length before the next
 
 
 def _share(raw: str) -> float:
     value = float(raw)
-    if not 0 < value <= 1:
+    # (1e-15 was taken: the upload thread's pause overflowed a lock's wait, the thread
+    # died, and the process hung at its final flush, SIGTERM or not; review 138)
+    if not MIN_DUTY <= value <= 1:
         raise ValueError(raw)
     return value
 
@@ -165,7 +175,7 @@ SIGNING_KEY: Setting[bytes | None] = Setting(
 UPLOAD_DUTY = Setting(
     "RESUMABLE_UPLOAD_DUTY", 1 / 3, "0.33",
     "largest share of wall time spent saving (`1` = back to back)",
-    _share, "a number in (0, 1], e.g. 0.33")
+    _share, "a number from 0.01 to 1, e.g. 0.33")
 SYNC = Setting(
     "RESUMABLE_SYNC", False, "0",
     "`1` (or `true`): every save completes before the body goes on (nothing coalesced)",

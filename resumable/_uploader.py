@@ -99,7 +99,7 @@ class Uploader:
                     pause = self._not_before - time.monotonic()
                     if pause <= 0 or self._urgent or self._closed:
                         break
-                    self._cond.wait(pause)
+                    self._cond.wait(min(pause, 3600.0))  # (looked at again after)
                 job, self._waiting, self._on_drop, self._busy = self._waiting, None, None, True
                 self._cond.notify_all()  # (a loop in let_start waits for this)
             started = time.monotonic()

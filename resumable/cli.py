@@ -144,6 +144,10 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     info.serializer, info.signed = header.serializer, header.signed
     if not full:
         info.verified = None
+        try:  # (another run's checkpoint, copied in, was "ok" here; review 138)
+            _format.check_placed(header, _kind_of(name) or None, f"{run_id}/{name}")
+        except _format.InvalidObject as err:
+            info.problem, info.tampered = err.reason, err.tampered
         return info
     try:
         _format.decode(data, key=key, kind=_kind_of(name) or None, name=f"{run_id}/{name}")

@@ -131,6 +131,19 @@ def get_serializer(spec: str | Serializer) -> Serializer:
         raise ConfigurationError(
             f"serializer {spec!r} must be a name or an object with name (str), dumps and loads"
         )
+    try:
+        size = len(spec.name.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = -1
+    if not 0 < size <= 255:
+        # (every checkpoint's header records it: one too long failed at the first save,
+        # after a generation had run; review 138)
+        raise ConfigurationError(
+            f"serializer {spec!r}: its name {spec.name[:40]!r}... must be 1 to 255 bytes of "
+            "UTF-8 (each checkpoint records it)" if size > 255 else
+            f"serializer {spec!r}: its name {spec.name!r} must be 1 to 255 bytes of UTF-8 "
+            "(each checkpoint records it)"
+        )
     return spec
 
 
@@ -154,7 +167,15 @@ def dumps_views(
                     f"most {_MOST_FRAMES - 2:,}; hold them in fewer, larger arrays "
                     "(np.stack)")
             return frames
-        return [serializer.dumps(obj)]
+        data = serializer.dumps(obj)
+        try:
+            memoryview(data)
+        except TypeError:
+            raise SerializationError(
+                f"cannot save {_words(what)}: serializer {serializer.name!r}'s dumps() "
+                f"returned a {type(data).__name__}, not bytes; make it return bytes (or a "
+                "bytes-like object)") from None
+        return [data]
     except (SerializationError, ConfigurationError):
         raise
     except Exception as err:

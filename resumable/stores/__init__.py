@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple, Protocol, runtime_checkable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .. import _settings
 from .._errors import ConfigurationError
@@ -100,6 +100,22 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     if scheme not in _registry:
         known = ", ".join(f"{s}://" for s in sorted(_registry))
         raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
+    # A part the store never reads would make two URLs one store (review 138: exp#1 and
+    # exp#2 were one folder, and the second returned the first one's result)
+    ignored = "#" if "#" in text else ("?" if "?" in text and scheme != "s3" else "")
+    if ignored:
+        rest = text[text.index(ignored):]
+        raise ConfigurationError(
+            f"store URL {text!r}: {rest!r} names no store (a store is its "
+            f"{'bucket and prefix' if scheme == 's3' else 'path' if scheme == 'file' else 'name'}"
+            f"{'; options go after ?' if scheme == 's3' else ''}); in a folder's name write "
+            "'#' as %23 and '?' as %3F, or pass the folder as a plain path"
+        )
+    if scheme == "file" and any(ord(c) < 32 for c in unquote(parts.path)):
+        raise ConfigurationError(
+            f"store URL {text!r}: its path holds a control character (%00-%1F); no folder "
+            "is named so"
+        )
     if scheme == "s3" and not parts.netloc:
         raise ConfigurationError(
             f"store URL {text!r} names no bucket; it must look like s3://bucket/prefix"
