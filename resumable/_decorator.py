@@ -833,6 +833,13 @@ class _Execution:
             if self.checked_result[0]:
                 log.info("run %s is complete; returning its stored result without running it",
                          run.where())
+                if self.identity_unchecked and self.ident.fixed:
+                    log.warning(
+                        "run %s had a stored result but no identity record, so this call's "
+                        "arguments are unchecked against the call that stored it; they are "
+                        "recorded as the run's identity now. If the run was started by a "
+                        "call with other arguments, delete it (%s) or give this call another "
+                        "run id", run.where(), run.rm_command())
                 # The RNGs as the run left them, so that what the caller does next (a
                 # second phase, say) draws what it drew after the uninterrupted run.
                 self._restore_rng(run.load_rng_start(RNG_END) if self.opts.capture_rng
@@ -953,8 +960,8 @@ class _Execution:
                         "run %s had checkpoints but no identity record, so this call's "
                         "arguments are unchecked against the state it resumes; they are "
                         "recorded as the run's identity now. If the run was started by a "
-                        "call with other arguments, delete it (`resumable rm %s %s`) or give "
-                        "this call another run id", run.where(), run.store.url, run.run_id)
+                        "call with other arguments, delete it (%s) or give this call another "
+                        "run id", run.where(), run.rm_command())
             else:
                 log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
                 _identity.warn_if_older_version_derived_another(run, self.ident)

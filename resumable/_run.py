@@ -329,8 +329,16 @@ class Run:
             return f"`rm {shlex.quote(str(self.store._path(key)))}`"
         s3 = sys.modules.get("resumable.stores._s3")  # (loaded if the store is S3's)
         if s3 is not None and isinstance(self.store, s3.S3Store):
-            return f"`aws s3 rm {shlex.quote(f's3://{self.store.bucket}/{self.store._key(key)}')}`"
+            endpoint, region = self.store._client_args[:2]  # (the URL's options, if any)
+            return "`aws s3 rm " + " ".join(
+                [shlex.quote(f"s3://{self.store.bucket}/{self.store._key(key)}")]
+                + ([f"--endpoint-url {shlex.quote(endpoint)}"] if endpoint else [])
+                + ([f"--region {shlex.quote(region)}"] if region else [])) + "`"
         return f"key {key!r} of the store"
+
+    def rm_command(self) -> str:
+        """`resumable rm STORE RUN`, quoted for a shell (an s3 URL's ?a=1&b=2 options)."""
+        return f"`resumable rm {shlex.quote(self.store.url)} {shlex.quote(self.run_id)}`"
 
     # -- reading ----------------------------------------------------------------------
 
@@ -342,7 +350,7 @@ class Run:
             raise ConfigurationError(
                 f"{self.where(name)} is signed, but no signing key is set: set "
                 "$RESUMABLE_SIGNING_KEY (or signing_key=) to the run's key to resume it, "
-                f"or delete the run with `resumable rm {self.store.url} {self.run_id}`"
+                f"or delete the run with {self.rm_command()}"
             )
         return decoded
 
@@ -575,7 +583,7 @@ class Run:
                 f"the result record {self.where(RESULT)} fails verification ({err.reason}); "
                 f"delete that one object ({self._delete_command(RESULT)}) and call again: "
                 f"the run's last checkpoint recomputes the result. To run it again from "
-                f"the start instead: `resumable rm {self.store.url} {self.run_id}`"
+                f"the start instead: {self.rm_command()}"
             ) from None
         self._check_serializer(RESULT, decoded.header.serializer)
         self.result_epoch = decoded.header.epoch
@@ -630,7 +638,7 @@ class Run:
                     f"this call is the run's own, delete that one object "
                     f"({self._delete_command(name)}) and call again "
                     f"(it is written anew from this call); otherwise delete the run with "
-                    f"`resumable rm {self.store.url} {self.run_id}`, or give this call "
+                    f"{self.rm_command()}, or give this call "
                     f"another run id") from None
             log.error("record %s is unreadable (%s); ignoring it", self.where(name), reason)
             return None

@@ -96,13 +96,14 @@ def _seconds(raw: str) -> float:
     return min(value, FOREVER)
 
 
-MIN_DUTY = 0.01  # a save then waits at most 99 times its own length before the next
+MIN_DUTY = 1e-6  # a save then waits at most a million times its own length
 
 
 def _share(raw: str) -> float:
     value = float(raw)
     # (1e-15 was taken: the upload thread's pause overflowed a lock's wait, the thread
-    # died, and the process hung at its final flush, SIGTERM or not; review 138)
+    # died, and the process hung at its final flush, SIGTERM or not; review 138. The
+    # uploader's waits are bounded now; this keeps 1 / duty a number of any use)
     if not MIN_DUTY <= value <= 1:
         raise ValueError(raw)
     return value
@@ -175,7 +176,7 @@ SIGNING_KEY: Setting[bytes | None] = Setting(
 UPLOAD_DUTY = Setting(
     "RESUMABLE_UPLOAD_DUTY", 1 / 3, "0.33",
     "largest share of wall time spent saving (`1` = back to back)",
-    _share, "a number from 0.01 to 1, e.g. 0.33")
+    _share, "a number from 1e-6 to 1, e.g. 0.33")
 SYNC = Setting(
     "RESUMABLE_SYNC", False, "0",
     "`1` (or `true`): every save completes before the body goes on (nothing coalesced)",

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
@@ -441,6 +442,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def _below(url: str, prefix: str) -> str:
     """The store URL one folder down (before any ?options of an s3 URL)."""
     base, q, query = url.partition("?")
+    if base.startswith("file://"):  # (a folder named exp#1: file:///.../exp%231)
+        prefix = quote(prefix)
     return f"{base.rstrip('/')}/{prefix}" + (q + query if q else "")
 
 

@@ -105,16 +105,19 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     ignored = "#" if "#" in text else ("?" if "?" in text and scheme != "s3" else "")
     if ignored:
         rest = text[text.index(ignored):]
+        advice = {
+            "file": "in a folder's name write '#' as %23 and '?' as %3F, or pass the folder "
+                    "as a plain path",
+            "s3": "an s3 prefix cannot hold '#'; options go after '?'",
+        }.get(scheme, "a store's name cannot hold '#' or '?'")
         raise ConfigurationError(
             f"store URL {text!r}: {rest!r} names no store (a store is its "
             f"{'bucket and prefix' if scheme == 's3' else 'path' if scheme == 'file' else 'name'}"
-            f"{'; options go after ?' if scheme == 's3' else ''}); in a folder's name write "
-            "'#' as %23 and '?' as %3F, or pass the folder as a plain path"
+            f"); {advice}"
         )
-    if scheme == "file" and any(ord(c) < 32 for c in unquote(parts.path)):
+    if scheme == "file" and "\x00" in unquote(parts.path):
         raise ConfigurationError(
-            f"store URL {text!r}: its path holds a control character (%00-%1F); no folder "
-            "is named so"
+            f"store URL {text!r}: its path holds a NUL (%00), which no folder's name can"
         )
     if scheme == "s3" and not parts.netloc:
         raise ConfigurationError(
