@@ -200,8 +200,7 @@ def check_call(run: Run, ident: CallIdentity,
         f"{', '.join(parts)} {'differs' if len(parts) == 1 else 'differ'}. This {source} "
         "belongs to that call: call it with the "
         "same arguments, give this call another run id (run_id= or $RESUMABLE_RUN_ID), "
-        f"or delete the run with `resumable rm {run.store.url} {ident.run_id}` to start "
-        f"it over{hint}",
+        f"or delete the run with {run.rm_command(ident.run_id)} to start it over{hint}",
         differences=tuple(differ),
     )
 
@@ -316,8 +315,8 @@ def warn_if_older_version_derived_another(run: Run, ident: CallIdentity) -> None
                 "classes made at run time, subclasses' slots, NaNs' bits). If that run is "
                 "this call's, "
                 "resume it with run_id=%r (or $RESUMABLE_RUN_ID); if not, delete it with "
-                "`resumable rm %s "
-                "%s`", run.where(), other.where(), len(names), encoding, old, run.store.url, old)
+                "%s", run.where(), other.where(), len(names), encoding, old,
+                run.rm_command(old))
             return
 
 

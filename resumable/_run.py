@@ -281,6 +281,12 @@ def _newer(what: str, reason: object, more: str = "") -> ConfigurationError:
                               f"upgrade resumable to resume the run{more}")
 
 
+
+def command(*words: str) -> str:
+    """A `resumable ...` command line to paste into a shell: each word quoted (an s3 URL's
+    ?a=1&b=2 options, a folder's spaces)."""
+    return "`resumable " + " ".join(shlex.quote(w) for w in words) + "`"
+
 class Run:
     def __init__(
         self,
@@ -336,9 +342,9 @@ class Run:
                 + ([f"--region {shlex.quote(region)}"] if region else [])) + "`"
         return f"key {key!r} of the store"
 
-    def rm_command(self) -> str:
+    def rm_command(self, run_id: str | None = None) -> str:
         """`resumable rm STORE RUN`, quoted for a shell (an s3 URL's ?a=1&b=2 options)."""
-        return f"`resumable rm {shlex.quote(self.store.url)} {shlex.quote(self.run_id)}`"
+        return command("rm", self.store.url, run_id or self.run_id)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -474,9 +480,9 @@ class Run:
         what = "is signed correctly" if cls is CheckpointTamperedError else "passes verification"
         raise cls(
             f"no checkpoint of run {self.run_id!r} in {self.store.url} {what} ({summary}); "
-            f"refusing to start from scratch. Inspect with `resumable verify {self.store.url} "
-            f"{self.run_id}`, and delete the run with `resumable rm {self.store.url} "
-            f"{self.run_id}` to start over"
+            f"refusing to start from scratch. Inspect with "
+            f"{command('verify', self.store.url, self.run_id)}, and delete the run with "
+            f"{self.rm_command()} to start over"
         )
 
     def _load_listed(self, with_state: bool) -> tuple[
@@ -717,8 +723,8 @@ class Run:
                     f"run {self.run_id!r} in {self.store.url}: no attempt record verifies "
                     f"with this signing key ({name}: {err.reason}); the key is not the "
                     "run's. Set $RESUMABLE_SIGNING_KEY (or signing_key=) to the key the "
-                    f"run was started with; inspect with `resumable verify {self.store.url} "
-                    f"{self.run_id}`. Nothing was written"
+                    f"run was started with; inspect with "
+                    f"{command('verify', self.store.url, self.run_id)}. Nothing was written"
                 ) from None
 
     def _epoch_json(self, base: str | None) -> bytes:

@@ -269,7 +269,7 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
     names = _run_names(store, run_id)
     if any(_kind_of(n) for n in names):
         return names
-    listing = f"list the runs with `{PROG} ls {store.url}`"
+    listing = f"list the runs with `{PROG} ls {shlex.quote(store.url)}`"
     if names:
         raise CliError(
             f"{run_id!r} in {store.url} is not a run: its {len(names)} object(s) "
@@ -282,12 +282,13 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
         if runs:
             raise CliError(
                 f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
-                f"done: list them with `{PROG} ls {below}`, then name one "
+                f"done: list them with `{PROG} ls {shlex.quote(below)}`, then name one "
                 f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
         if folders:
             raise CliError(
                 f"{run_id!r} in {store.url} is not a run: it holds folders of runs; nothing "
-                f"was done: e.g. `{PROG} ls {_below(below, folders[0])}`", EXIT_NOT_FOUND)
+                f"was done: e.g. `{PROG} ls {shlex.quote(_below(below, folders[0]))}`",
+                EXIT_NOT_FOUND)
         raise CliError(
             f"{run_id!r} in {store.url} is not a run: a folder with no run in it "
             f"(no object resumable writes, {len(inner)} file(s) in its subfolders); nothing "
@@ -504,7 +505,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         shown = " or ".join(_below(store.url, f) for f in folders[:3])
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
         raise CliError(f"no runs in {store.url}, but folders of runs below it: did you mean "
-                       f"{shown}{more}? e.g. `{PROG} ls {_below(store.url, folders[0])}`",
+                       f"{shown}{more}? e.g. "
+                       f"`{PROG} ls {shlex.quote(_below(store.url, folders[0]))}`",
                        EXIT_CONFIG)
     ckpts = {run_id: [n for n in names if parse_ckpt_name(n) is not None]
              for run_id, names in runs.items()}
@@ -1055,9 +1057,9 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
                         f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
     hint = (f"; runs are in a folder below it, e.g. "
-            f"`{PROG} ls {_below(store_text, folders[0])}`"
+            f"`{PROG} ls {shlex.quote(_below(store_text, folders[0]))}`"
             if folders else _memory_note(store_text)
-            or f"; list its runs with `{PROG} ls {store_text}`")
+            or f"; list its runs with `{PROG} ls {shlex.quote(store_text)}`")
     return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
                     f"store with no runs{hint}", EXIT_CONFIG)
 

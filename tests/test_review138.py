@@ -322,3 +322,55 @@ def test_a_folder_url_with_a_tab_still_opens(tmp_path: Path) -> None:
     _counter(folder.as_uri(), "tab")(2)  # (a plain path with a tab is refused)
     listed = cli("ls", folder.as_uri())
     assert listed.returncode == 0 and "job" in listed.stdout, listed.stderr
+
+
+# Review 140 (of b6d581e)
+
+
+def test_a_registered_store_gets_its_url_options(memory_url: str) -> None:
+    from resumable import register_store
+    from resumable.stores import _registry
+
+    opened: list[str] = []
+
+    def factory(url: str) -> Any:
+        opened.append(url)
+        return open_store(memory_url)
+
+    register_store("review140", factory)
+    try:
+        open_store("review140://bucket/prefix?project=p&timeout=30#part")
+    finally:
+        del _registry["review140"]
+    assert opened == ["review140://bucket/prefix?project=p&timeout=30#part"]
+
+
+def test_the_rm_advice_of_a_run_mismatch_is_quoted_for_a_shell(
+    moto_server: S3Server, s3_env: Any
+) -> None:
+    s3_env(moto_server)
+    bucket = moto_server.new_store_url().split("/")[2]
+    url = f"s3://{bucket}/exp?endpoint_url={moto_server.endpoint}&region=us-east-1"
+    assert _counter(url, "first")(2) == "first"
+    with pytest.raises(ConfigurationError) as err:
+        _counter(url, "first")(3)
+    assert f"`resumable rm '{url}' job`" in str(err.value), str(err.value)
+
+
+class _Unnamed:
+    name = ""
+    dumps = staticmethod(pickle.dumps)
+    loads = staticmethod(pickle.loads)
+
+
+def test_a_serializer_with_an_empty_name_still_works(tmp_path: Path) -> None:
+    assert _counter(str(tmp_path), "unnamed")(3) == "unnamed"
+    @checkpointed(store=str(tmp_path), run_id="e", serializer=_Unnamed())
+    def f(n: int, *, state: Any = None) -> Any:
+        state = state or 0
+        while state < n:
+            state += 1
+            yield state
+        return state
+
+    assert f(3) == 3

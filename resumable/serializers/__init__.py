@@ -135,14 +135,14 @@ def get_serializer(spec: str | Serializer) -> Serializer:
         size = len(spec.name.encode("utf-8"))
     except UnicodeEncodeError:
         size = -1
-    if not 0 < size <= 255:
+    if not 0 <= size <= 255:  # (an empty name works: the format records 0 bytes)
         # (every checkpoint's header records it: one too long failed at the first save,
         # after a generation had run; review 138)
         raise ConfigurationError(
-            f"serializer {spec!r}: its name {spec.name[:40]!r}... must be 1 to 255 bytes of "
-            "UTF-8 (each checkpoint records it)" if size > 255 else
-            f"serializer {spec!r}: its name {spec.name!r} must be 1 to 255 bytes of UTF-8 "
-            "(each checkpoint records it)"
+            f"serializer {spec!r}: its name {spec.name[:40]!r}... must be at most 255 bytes "
+            "of UTF-8 (each checkpoint records it)" if size > 255 else
+            f"serializer {spec!r}: its name {spec.name!r} must be UTF-8 (each checkpoint "
+            "records it)"
         )
     return spec
 

@@ -102,14 +102,16 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
         raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
     # A part the store never reads would make two URLs one store (review 138: exp#1 and
     # exp#2 were one folder, and the second returned the first one's result)
-    ignored = "#" if "#" in text else ("?" if "?" in text and scheme != "s3" else "")
+    # (built-in schemes only: a registered store's factory reads its URL as it likes)
+    ignored = ("#" if "#" in text and scheme in ("file", "s3", "memory") else
+               "?" if "?" in text and scheme in ("file", "memory") else "")
     if ignored:
         rest = text[text.index(ignored):]
         advice = {
             "file": "in a folder's name write '#' as %23 and '?' as %3F, or pass the folder "
                     "as a plain path",
             "s3": "an s3 prefix cannot hold '#'; options go after '?'",
-        }.get(scheme, "a store's name cannot hold '#' or '?'")
+        }.get(scheme, "a memory store's name cannot hold '#' or '?'")
         raise ConfigurationError(
             f"store URL {text!r}: {rest!r} names no store (a store is its "
             f"{'bucket and prefix' if scheme == 's3' else 'path' if scheme == 'file' else 'name'}"
