@@ -64,6 +64,16 @@ def _best(state: dict[str, Any]) -> dict[str, Any]:
     return items
 
 
+class _CallersProblem:
+    """Where a checkpoint's algorithm held the problem: the caller's, put back on resume."""
+
+    def __repr__(self) -> str:
+        return "<the caller's problem>"
+
+
+CALLERS_PROBLEM = _CallersProblem()
+
+
 def minimize(problem: Any, algorithm: Any, termination: Any = None,
              copy_algorithm: bool = True, copy_termination: bool = True,
              **kwargs: Any) -> Any:
@@ -105,9 +115,18 @@ def minimize(problem: Any, algorithm: Any, termination: Any = None,
             algo.next()
             if isinstance(getattr(algo, "start_time", None), float):
                 state["elapsed"] = time.time() - algo.start_time
-            yield state
+            # Saved without the caller's problem, which a resume never takes from the
+            # checkpoint (_reattach): one holding a database connection or a lock could
+            # not be saved at all, and one holding 8 MB of data was 8 MB in every
+            # checkpoint (review 141)
+            algo.problem = CALLERS_PROBLEM
+            try:
+                yield state
+            finally:
+                algo.problem = problem
         res = algo.result()
         res.algorithm = algo
+        res.problem = algo.problem = CALLERS_PROBLEM  # (the result record's: minimize's)
         return res
 
     def identity() -> dict[str, Any]:
