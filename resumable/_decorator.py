@@ -833,18 +833,25 @@ class _Execution:
             if self.checked_result[0]:
                 log.info("run %s is complete; returning its stored result without running it",
                          run.where())
-                if self.identity_unchecked and self.ident.fixed:
-                    log.warning(
-                        "run %s had a stored result but no identity record, so this call's "
-                        "arguments are unchecked against the call that stored it; they are "
-                        "recorded as the run's identity now. If the run was started by a "
-                        "call with other arguments, delete it (%s) or give this call another "
-                        "run id", run.where(), run.rm_command())
+                self._warn_identity_unchecked("a stored result", "the call that stored it")
                 # The RNGs as the run left them, so that what the caller does next (a
                 # second phase, say) draws what it drew after the uninterrupted run.
                 self._restore_rng(run.load_rng_start(RNG_END) if self.opts.capture_rng
                                   else None)
         return self.checked_result
+
+    def _warn_identity_unchecked(self, had: str, against: str) -> None:
+        """Under a fixed run id, a run with work in it but no identity record: deleted (as
+        a damaged one's error advises) or lost. This call's arguments are the run's
+        identity from now on (review 138: a call with other arguments took the run over
+        without a word)."""
+        if self.identity_unchecked and self.ident.fixed:
+            log.warning(
+                "run %s had %s but no identity record, so this call's arguments are "
+                "unchecked against %s; they are recorded as the run's identity now. If the "
+                "run was started by a call with other arguments, delete it (%s) or give "
+                "this call another run id", self.run.where(), had, against,
+                self.run.rm_command())
 
     def _drive(self) -> Generator[Any, None, Any]:
         # In the main thread a Ctrl-C is held while the call is in its own code, and
@@ -952,16 +959,7 @@ class _Execution:
                 log.info("resuming run %s (attempt %d) from %s: step %d (saved %.0f s ago%s); "
                          "%d generation(s) not run again", run.where(), run.epoch, name, step,
                          age, f" by attempt {by[0]}" if by else "", step)
-                if self.identity_unchecked and self.ident.fixed:
-                    # Its record was deleted (as a damaged one's error advises) or lost:
-                    # this call's arguments are the run's identity from now on (review
-                    # 138: a call with other arguments took the run over without a word)
-                    log.warning(
-                        "run %s had checkpoints but no identity record, so this call's "
-                        "arguments are unchecked against the state it resumes; they are "
-                        "recorded as the run's identity now. If the run was started by a "
-                        "call with other arguments, delete it (%s) or give this call another "
-                        "run id", run.where(), run.rm_command())
+                self._warn_identity_unchecked("checkpoints", "the state it resumes")
             else:
                 log.info("starting run %s fresh (attempt %d)", run.where(), run.epoch)
                 _identity.warn_if_older_version_derived_another(run, self.ident)

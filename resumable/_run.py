@@ -23,7 +23,6 @@ import os
 import pickle
 import shlex
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -281,11 +280,11 @@ def _newer(what: str, reason: object, more: str = "") -> ConfigurationError:
                               f"upgrade resumable to resume the run{more}")
 
 
-
 def command(*words: str) -> str:
     """A `resumable ...` command line to paste into a shell: each word quoted (an s3 URL's
     ?a=1&b=2 options, a folder's spaces)."""
     return "`resumable " + " ".join(shlex.quote(w) for w in words) + "`"
+
 
 class Run:
     def __init__(
@@ -327,20 +326,10 @@ class Run:
         return f"{self.store.url}/{self.run_id}" + (f"/{name}" if name else "")
 
     def _delete_command(self, name: str) -> str:
-        """How to delete one object of the run by hand, e.g. `rm /data/ckpt/run/result`."""
-        from .stores._local import LocalStore
-
-        key = self.key(name)
-        if isinstance(self.store, LocalStore):
-            return f"`rm {shlex.quote(str(self.store._path(key)))}`"
-        s3 = sys.modules.get("resumable.stores._s3")  # (loaded if the store is S3's)
-        if s3 is not None and isinstance(self.store, s3.S3Store):
-            endpoint, region = self.store._client_args[:2]  # (the URL's options, if any)
-            return "`aws s3 rm " + " ".join(
-                [shlex.quote(f"s3://{self.store.bucket}/{self.store._key(key)}")]
-                + ([f"--endpoint-url {shlex.quote(endpoint)}"] if endpoint else [])
-                + ([f"--region {shlex.quote(region)}"] if region else [])) + "`"
-        return f"key {key!r} of the store"
+        """How to delete one object of the run by hand, e.g. `rm /data/ckpt/run/result`
+        (the store's ``delete_command``, where it has one)."""
+        how = getattr(self.store, "delete_command", None)
+        return how(self.key(name)) if how is not None else f"key {self.key(name)!r} of the store"
 
     def rm_command(self, run_id: str | None = None) -> str:
         """`resumable rm STORE RUN`, quoted for a shell (an s3 URL's ?a=1&b=2 options)."""

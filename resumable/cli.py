@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
 from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
 from ._run import CALL, EPOCH, RESULT, object_kind, parse_ckpt_name
+from ._run import command as command_line
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
 from .stores._local import LocalStore
@@ -269,7 +269,7 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
     names = _run_names(store, run_id)
     if any(_kind_of(n) for n in names):
         return names
-    listing = f"list the runs with `{PROG} ls {shlex.quote(store.url)}`"
+    listing = f"list the runs with {command_line('ls', store.url)}"
     if names:
         raise CliError(
             f"{run_id!r} in {store.url} is not a run: its {len(names)} object(s) "
@@ -282,12 +282,12 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
         if runs:
             raise CliError(
                 f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
-                f"done: list them with `{PROG} ls {shlex.quote(below)}`, then name one "
+                f"done: list them with {command_line('ls', below)}, then name one "
                 f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
         if folders:
             raise CliError(
                 f"{run_id!r} in {store.url} is not a run: it holds folders of runs; nothing "
-                f"was done: e.g. `{PROG} ls {shlex.quote(_below(below, folders[0]))}`",
+                f"was done: e.g. {command_line('ls', _below(below, folders[0]))}",
                 EXIT_NOT_FOUND)
         raise CliError(
             f"{run_id!r} in {store.url} is not a run: a folder with no run in it "
@@ -506,7 +506,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         more = f" (and {len(folders) - 3} more)" if len(folders) > 3 else ""
         raise CliError(f"no runs in {store.url}, but folders of runs below it: did you mean "
                        f"{shown}{more}? e.g. "
-                       f"`{PROG} ls {shlex.quote(_below(store.url, folders[0]))}`",
+                       f"{command_line('ls', _below(store.url, folders[0]))}",
                        EXIT_CONFIG)
     ckpts = {run_id: [n for n in names if parse_ckpt_name(n) is not None]
              for run_id, names in runs.items()}
@@ -588,7 +588,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if damaged:
         print(f"COMPLETE damaged: the result of {', '.join(map(repr, damaged[:3]))}"
               f"{' and more' if len(damaged) > 3 else ''} is stored but fails its header "
-              f"check; `{PROG} verify {shlex.quote(store.url)} RUN_ID` tells more")
+              f"check; {command_line('verify', store.url, 'RUN_ID')} tells more")
     return 0
 
 
@@ -721,7 +721,7 @@ def _result_status(store: Store, args: argparse.Namespace, infos: list[ObjectInf
         return False, problem, (
             f"no: the result exists but fails verification ({store.url} key "
             f"'{args.run_id}/{RESULT}': {problem}); check the run with "
-            f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(args.run_id)}`")
+            f"{command_line('verify', store.url, args.run_id)}")
     newer = [e for e in attempts if e > (result.epoch or 0)]
     if newer:
         return False, None, (f"no: attempt {max(newer)} started after the result (written by "
@@ -929,11 +929,11 @@ def _skip_unreadable(store: Store, run_id: str, info: ObjectInfo) -> None:
     if info.gone:  # (review 101: "cannot be read" was true, but not why)
         print(f"skipping {run_id}: its result was deleted since the listing (another "
               f"`{PROG} rm`, or f.reset?); the rest of the run is left as it is: "
-              f"`{PROG} show {shlex.quote(store.url)} {shlex.quote(run_id)}` shows it",
+              f"{command_line('show', store.url, run_id)} shows it",
               file=sys.stderr)
         return
     print(f"skipping {run_id}: its result record cannot be read ({info.problem}); "
-          f"`{PROG} verify {shlex.quote(store.url)} {shlex.quote(run_id)}` tells more",
+          f"{command_line('verify', store.url, run_id)} tells more",
           file=sys.stderr)
 
 
@@ -1057,9 +1057,9 @@ def _missing_run_id(command: str, store_text: str) -> CliError:
         return CliError(f"RUN_ID is missing: {store_text} is a store with run(s) {listed}; "
                         f"e.g. `{PROG} {command} {store_text} {names[0]}`", EXIT_CONFIG)
     hint = (f"; runs are in a folder below it, e.g. "
-            f"`{PROG} ls {shlex.quote(_below(store_text, folders[0]))}`"
+            f"{command_line('ls', _below(store_text, folders[0]))}"
             if folders else _memory_note(store_text)
-            or f"; list its runs with `{PROG} ls {shlex.quote(store_text)}`")
+            or f"; list its runs with {command_line('ls', store_text)}")
     return CliError(f"RUN_ID is missing: `{PROG} {command} STORE RUN_ID`; {store_text} is a "
                     f"store with no runs{hint}", EXIT_CONFIG)
 
@@ -1079,7 +1079,7 @@ def _swapped(args: argparse.Namespace, store_given: bool) -> str | None:
     if "://" not in second and not (os.path.isdir(second) and not os.path.isdir(first)):
         return None
     return (f"{second!r} reads as a store and {first!r} as a run id: STORE comes first, "
-            f"`{PROG} {args.command} {shlex.quote(second)} {shlex.quote(first)}`")
+            f"{command_line(args.command, second, first)}")
 
 
 def build_parser() -> argparse.ArgumentParser:

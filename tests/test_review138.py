@@ -40,18 +40,10 @@ from resumable import (
 from resumable.stores import open_store
 
 from .signal_children import ENV, finish, wait_for
-from .test_cli import cli
+from .test_cli import cli, count_up
 
 if TYPE_CHECKING:
     from .s3servers import S3Server
-
-
-def _count(n: int, *, state: Any = None) -> Any:
-    state = state or 0
-    while state < n:
-        state += 1
-        yield state
-    return state
 
 
 def _counter(store: str, label: str, starts: list[Any] | None = None) -> Any:
@@ -198,7 +190,7 @@ def test_a_term_timeout_of_inf_stops_a_run_without_tracebacks(tmp_path: Path) ->
 def test_a_checkpoint_of_another_run_is_not_called_ok(tmp_path: Path) -> None:
     store = tmp_path / "store"
     for run_id in ("r1", "r2"):
-        checkpointed(store=str(store), run_id=run_id, keep=None)(_count)(3)
+        checkpointed(store=str(store), run_id=run_id, keep=None)(count_up)(3)
     newest = sorted((store / "r2").glob("ckpt-*"))[-1]
     copied = newest.with_name(newest.name[:-3] + "009")
     shutil.copy(sorted((store / "r1").glob("ckpt-*"))[-1], copied)
@@ -264,7 +256,7 @@ def test_an_encoded_nul_in_a_file_url_is_a_configuration_error(tmp_path: Path) -
 def test_a_stored_result_without_identity_record_is_returned_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    f = checkpointed(store=str(tmp_path), run_id="job")(_count)
+    f = checkpointed(store=str(tmp_path), run_id="job")(count_up)
     assert f(3) == 3
     (tmp_path / "job" / "identity").unlink()
     with caplog.at_level(logging.WARNING, logger="resumable"):
@@ -357,6 +349,6 @@ class _Unnamed:
 
 
 def test_a_serializer_with_an_empty_name_still_works(tmp_path: Path) -> None:
-    f = checkpointed(store=str(tmp_path), run_id="e", serializer=_Unnamed())(_count)
+    f = checkpointed(store=str(tmp_path), run_id="e", serializer=_Unnamed())(count_up)
     assert f(3) == 3
     assert f(3) == 3  # (its stored result, read back)

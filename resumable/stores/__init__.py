@@ -72,6 +72,16 @@ def default_store_url() -> str:
     return _settings.STORE.read()
 
 
+# What a built-in scheme's URL names its store by, and what to write instead of a '#'
+# (or, but in s3's options, a '?') that would name nothing
+_NAMED_BY = {
+    "file": ("path", "in a folder's name write '#' as %23 and '?' as %3F, or pass the "
+                     "folder as a plain path"),
+    "s3": ("bucket and prefix", "an s3 prefix cannot hold '#'; options go after '?'"),
+    "memory": ("name", "a memory store's name cannot hold '#' or '?'"),
+}
+
+
 def normalize_url(url: str | os.PathLike[str]) -> str:
     """A canonical URL for a store argument: plain paths become absolute file:// URLs."""
     text = os.fspath(url)
@@ -101,21 +111,16 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
         known = ", ".join(f"{s}://" for s in sorted(_registry))
         raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
     # A part the store never reads would make two URLs one store (review 138: exp#1 and
-    # exp#2 were one folder, and the second returned the first one's result)
-    # (built-in schemes only: a registered store's factory reads its URL as it likes)
-    ignored = ("#" if "#" in text and scheme in ("file", "s3", "memory") else
-               "?" if "?" in text and scheme in ("file", "memory") else "")
-    if ignored:
-        rest = text[text.index(ignored):]
-        advice = {
-            "file": "in a folder's name write '#' as %23 and '?' as %3F, or pass the folder "
-                    "as a plain path",
-            "s3": "an s3 prefix cannot hold '#'; options go after '?'",
-        }.get(scheme, "a memory store's name cannot hold '#' or '?'")
+    # exp#2 were one folder, and the second returned the first one's result). Built-in
+    # schemes only: a registered store's factory reads its URL as it likes.
+    named = _NAMED_BY.get(scheme)
+    ignored = "" if named is None else "#" if "#" in text else (
+        "?" if "?" in text and scheme != "s3" else "")
+    if named is not None and ignored:
+        what, advice = named
         raise ConfigurationError(
-            f"store URL {text!r}: {rest!r} names no store (a store is its "
-            f"{'bucket and prefix' if scheme == 's3' else 'path' if scheme == 'file' else 'name'}"
-            f"); {advice}"
+            f"store URL {text!r}: {text[text.index(ignored):]!r} names no store (a store is "
+            f"its {what}); {advice}"
         )
     if scheme == "file" and "\x00" in unquote(parts.path):
         raise ConfigurationError(

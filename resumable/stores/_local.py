@@ -8,6 +8,7 @@ import errno
 import logging
 import os
 import re
+import shlex
 import stat
 import uuid
 from collections.abc import Callable
@@ -286,6 +287,10 @@ class LocalStore:
                 continue
             out.append(Listed(key, st.st_size, st.st_mtime))
         return out
+
+    def delete_command(self, key: str) -> str:
+        """A shell command that deletes the object by hand (named in error messages)."""
+        return f"`rm {shlex.quote(str(self._path(key)))}`"
 
     def delete(self, key: str) -> None:
         path = self._path(key)

@@ -23,6 +23,7 @@ import logging
 import os
 import random
 import re
+import shlex
 import threading
 import uuid
 from collections.abc import Callable
@@ -1243,6 +1244,15 @@ class S3Store:
         except Exception as exc:  # cleanup must never fail a run
             log.debug("%s: not aborting leftover uploads under %r: %s", self.url, prefix, exc)
         return aborted
+
+    def delete_command(self, key: str) -> str:
+        """A shell command that deletes the object by hand (named in error messages), at
+        this store's endpoint and region when its URL set them."""
+        endpoint, region = self._client_args[:2]
+        return "`aws s3 rm " + " ".join(
+            [shlex.quote(f"s3://{self.bucket}/{self._key(key)}")]
+            + ([f"--endpoint-url {shlex.quote(endpoint)}"] if endpoint else [])
+            + ([f"--region {shlex.quote(region)}"] if region else [])) + "`"
 
     def delete(self, key: str) -> None:
         full = self._key(key)
