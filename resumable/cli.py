@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -283,7 +284,7 @@ def _require_run(store: Store, run_id: str, args: argparse.Namespace) -> list[st
             raise CliError(
                 f"{run_id!r} in {store.url} is not a run but a folder of runs; nothing was "
                 f"done: list them with {command_line('ls', below)}, then name one "
-                f"(`{PROG} {{show,verify,rm}} {below} RUN_ID`)", EXIT_NOT_FOUND)
+                f"(`{PROG} {{show,verify,rm}} {shlex.quote(below)} RUN_ID`)", EXIT_NOT_FOUND)
         if folders:
             raise CliError(
                 f"{run_id!r} in {store.url} is not a run: it holds folders of runs; nothing "

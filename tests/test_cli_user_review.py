@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from resumable import checkpointed
 from resumable.cli import main
+
+if TYPE_CHECKING:
+    from .s3servers import S3Server
 
 EXIT_USAGE = 2
 EXIT_CONFIG = 78
@@ -347,3 +352,20 @@ def test_a_library_setting_the_cli_does_not_use_does_not_stop_it(
     assert main(["ls", str(signed)]) == 0
     monkeypatch.setenv("RESUMABLE_RETRY_DEADLINE", "forever")
     assert main(["ls", str(signed)]) == EXIT_CONFIG
+
+
+def test_the_folder_of_runs_hint_is_quoted_for_a_shell(
+        moto_server: S3Server, s3_env: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`show STORE exp` on a folder of runs named the next command with the folder's URL
+    unquoted: an s3 URL's ?a=1&b=2 options split the pasted command."""
+    s3_env(moto_server)
+    bucket = moto_server.new_store_url().split("/")[2]
+    options = f"?endpoint_url={moto_server.endpoint}&addressing_style=path"
+    _run(f"s3://{bucket}/root/exp{options}", "run-a")
+    code = main(["show", f"s3://{bucket}/root{options}", "exp"])
+    err = capsys.readouterr().err
+    assert code == 66 and "folder of runs" in err, err
+    below = err.split("then name one (`resumable {show,verify,rm} ", 1)[1].split(" RUN_ID`")[0]
+    words = shlex.shlex(below, posix=True, punctuation_chars=True)  # (as a shell reads &)
+    words.whitespace_split = True
+    assert list(words) == [f"s3://{bucket}/root/exp{options}"], err
