@@ -265,6 +265,43 @@ def header_length(prefix: Buffer) -> int | None:
     return length
 
 
+def _check_magic(magic: bytes) -> None:
+    if magic != MAGIC:
+        raise InvalidObject("not a resumable object (bad magic); it was written by something else")
+
+
+def _check_lengths(header_len: int, payload_len: int, n: int) -> None:
+    """The header's and payload's lengths against the object's size, ``n`` bytes."""
+    if not _FIXED.size + 7 <= header_len <= min(n, MAX_HEADER):
+        raise InvalidObject(f"header length {header_len} out of range for a {n}-byte object")
+    if payload_len != n - header_len:
+        raise InvalidObject(
+            f"truncated or padded: header says {payload_len} payload bytes, "
+            f"object has {n - header_len}"
+        )
+
+
+# What a store reads of an object before it allocates memory for the whole (see screen)
+SCREEN_BYTES = _FIXED.size
+
+
+def screen(prefix: Buffer, size: int) -> None:
+    """Before a store allocates ``size`` bytes for an object that begins with ``prefix``
+    (``SCREEN_BYTES`` of it): InvalidObject where those bytes already show that it is not
+    an object this library reads at that size (someone else's file at its name, a damaged
+    length), so that it is skipped as damage instead of being read whole (review 138: a
+    1 TiB sparse file at a checkpoint's name stopped the resume with ENOMEM). Passes what
+    ``decode`` of the whole may accept, and a newer version's object (only the whole
+    object tells a newer one from a flipped bit in its version field)."""
+    view = memoryview(prefix).cast("B")
+    if view.nbytes < _FIXED.size:
+        return
+    magic, version, _, header_len, _, _, _, payload_len, _, _ = _FIXED.unpack_from(view)
+    _check_magic(magic)
+    if version in READABLE_VERSIONS:
+        _check_lengths(header_len, payload_len, size)
+
+
 def read_header(data: Buffer, size: int | None = None) -> Header:
     """Parse and bounds-check the header; raises InvalidObject. Does not check the digest.
 
@@ -282,8 +319,7 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
     magic, version, flags, header_len, step, epoch, created, payload_len, _, _ = _FIXED.unpack_from(
         view
     )
-    if magic != MAGIC:
-        raise InvalidObject("not a resumable object (bad magic); it was written by something else")
+    _check_magic(magic)
     if version not in READABLE_VERSIONS:
         readable = ", ".join(map(str, READABLE_VERSIONS))
         if version < min(READABLE_VERSIONS):  # (no resumable writes it)
@@ -303,15 +339,9 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
                          "tell; `resumable verify` reads the whole object)"), newer=True)
     if flags & ~FLAG_SIGNED:
         raise InvalidObject(f"unknown flags {flags:#x}")
-    if not _FIXED.size + 7 <= header_len <= min(n, MAX_HEADER):
-        raise InvalidObject(f"header length {header_len} out of range for a {n}-byte object")
+    _check_lengths(header_len, payload_len, n)
     if header_len > view.nbytes:
         raise ValueError(f"the header needs {header_len} bytes; only {view.nbytes} were read")
-    if payload_len != n - header_len:
-        raise InvalidObject(
-            f"truncated or padded: header says {payload_len} payload bytes, "
-            f"object has {n - header_len}"
-        )
     aligned = version >= 2
     pos = _FIXED.size
     try:

@@ -49,7 +49,7 @@ from .serializers import (
     loads_frames,
 )
 from .stores import Store
-from .stores._base import Buffer, Payload, join_payload, payload_size
+from .stores._base import Buffer, Payload, get_screened, join_payload, payload_size
 
 log = logging.getLogger("resumable")
 
@@ -94,6 +94,13 @@ def parse_ckpt_name(name: str) -> tuple[int, int] | None:
         return int(epoch), int(step)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """An object refused before it was read whole (see Run._get)."""
+
+    error: _format.InvalidObject
 
 
 @dataclass(frozen=True)
@@ -337,7 +344,19 @@ class Run:
 
     # -- reading ----------------------------------------------------------------------
 
-    def _decode(self, name: str, data: Buffer, kind: str) -> _format.Decoded:
+    def _get(self, name: str) -> Buffer | _Refused | None:
+        """The run's object ``name``, None if there is none. One whose first bytes show that
+        it cannot be one of ours at its size is not read whole (_format.screen): _decode
+        then refuses it, as it does a damaged object."""
+        try:
+            return get_screened(self.store, self.key(name), _format.screen,
+                                _format.SCREEN_BYTES)
+        except _format.InvalidObject as err:
+            return _Refused(err)
+
+    def _decode(self, name: str, data: Buffer | _Refused, kind: str) -> _format.Decoded:
+        if isinstance(data, _Refused):
+            raise data.error
         decoded = _format.decode(data, key=self.signing_key, kind=kind, name=self.key(name))
         if self.signing_key is None and decoded.header.signed:
             # Going on would write unsigned objects into a signed run; retention would then
@@ -366,7 +385,7 @@ class Run:
     def _epoch_record(self, epoch: int) -> dict[str, Any] | None:
         """Attempt ``epoch``'s verified record, or None (absent, damaged, forged)."""
         name = f"{EPOCH}{epoch:08d}"
-        data = self.store.get(self.key(name))
+        data = self._get(name)
         if data is None:
             return None
         try:
@@ -508,7 +527,7 @@ class Run:
 
     def _try_load(self, name: str, failures: list[tuple[str, _format.InvalidObject]],
                   with_state: bool, vanished: list[str]) -> Checkpoint | None:
-        data = self.store.get(self.key(name))
+        data = self._get(name)
         if data is None:  # deleted by retention of another attempt since the listing
             vanished.append(name)
             return None
@@ -563,7 +582,7 @@ class Run:
 
     def load_result(self) -> tuple[bool, Any]:
         """(found, value); ``result_epoch`` is then the attempt that wrote it."""
-        data = self.store.get(self.key(RESULT))
+        data = self._get(RESULT)
         if data is None:
             return False, None
         try:
@@ -593,7 +612,7 @@ class Run:
             ) from err
 
     def load_rng_start(self, name: str = RNG_START) -> _rng.RngState | None:
-        data = self.store.get(self.key(name))
+        data = self._get(name)
         if data is None:
             return None
         try:
@@ -609,7 +628,7 @@ class Run:
         CheckpointTamperedError): the identity record, without which a fixed run id
         cannot tell another call's arguments apart (review 106: a damaged one was ignored,
         and a call with other arguments resumed the run)."""
-        data = self.store.get(self.key(name))
+        data = self._get(name)
         if data is None:
             return None
         try:
@@ -701,7 +720,7 @@ class Run:
         if not listed:
             return
         name = f"{EPOCH}{listed[-1]:08d}"
-        data = self.store.get(self.key(name))
+        data = self._get(name)
         if data is None:
             return
         try:
@@ -781,7 +800,7 @@ class Run:
         record there fails verification (a stray object) are later numbers listed too.
         """
         name = f"{EPOCH}{self.epoch + 1:08d}"
-        newer = self.store.get(self.key(name))
+        newer = self._get(name)
         if newer is None:
             return
         try:

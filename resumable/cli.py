@@ -27,6 +27,7 @@ from ._run import CALL, EPOCH, RESULT, object_kind, parse_ckpt_name
 from ._run import command as command_line
 from ._runid import validate_run_id
 from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
+from .stores._base import get_screened
 from .stores._local import LocalStore
 
 PROG = "resumable"
@@ -123,7 +124,16 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
         return ObjectInfo(name, kind, None, verified=None, foreign=True)
     found: tuple[bytes | bytearray | memoryview, int] | None
     if full:
-        whole = store.get(f"{run_id}/{name}")
+        sizes: list[int] = []
+
+        def screen(first: memoryview, size: int) -> None:
+            sizes.append(size)
+            _format.screen(first, size)
+
+        try:  # (not read whole where its first bytes refuse it: a 1 TiB foreign file)
+            whole = get_screened(store, f"{run_id}/{name}", screen, _format.SCREEN_BYTES)
+        except _format.InvalidObject as err:
+            return ObjectInfo(name, kind, sizes[-1], problem=err.reason, newer=err.newer)
         found = None if whole is None else (whole, memoryview(whole).nbytes)
     else:
         found = _read_head(store, f"{run_id}/{name}")

@@ -14,12 +14,15 @@ a buffer that is not gets copied into aligned memory on load.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 # Buffer-protocol objects; collections.abc.Buffer only exists from Python 3.12.
 Buffer = bytes | bytearray | memoryview
 Payload = Sequence[Buffer]
+# Called by a store with an object's first bytes and its size before it allocates memory
+# for the whole: raises to refuse the object (see get_screened)
+Screen = Callable[[memoryview, int], None]
 
 
 def payload_size(data: Payload) -> int:
@@ -84,3 +87,20 @@ def head_of(store: Store, key: str, n: int) -> tuple[bytes, int] | None:
         return None
     view = memoryview(data).cast("B")
     return bytes(view[:n]), view.nbytes
+
+
+@runtime_checkable
+class SupportsScreenedGet(Protocol):
+    """An optional store method: ``get``, where ``screen(first, size)`` is called with the
+    object's first ``n`` bytes and its size before memory for the whole is allocated, and
+    whatever it raises propagates (the object is not read). Objects of ``n`` bytes or fewer
+    are read whole and not screened. The bundled file and S3 stores implement it."""
+
+    def get_screened(self, key: str, screen: Screen, n: int) -> Buffer | None: ...
+
+
+def get_screened(store: Store, key: str, screen: Screen, n: int) -> Buffer | None:
+    """``store.get_screened(key, screen, n)`` where the store has it, else ``get``."""
+    if isinstance(store, SupportsScreenedGet):
+        return store.get_screened(key, screen, n)
+    return store.get(key)

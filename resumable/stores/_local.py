@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 from .._aligned import aligned_buffer
 from .._errors import ConfigurationError, StoreError
 from . import Listed
-from ._base import Payload
+from ._base import Payload, Screen
 
 log = logging.getLogger("resumable")
 TMP_PREFIX = ".tmp-"
@@ -172,11 +172,17 @@ class LocalStore:
             raise
 
     def get(self, key: str) -> memoryview | None:
+        return self.get_screened(key, None, 0)
+
+    def get_screened(self, key: str, screen: Screen | None, n: int) -> memoryview | None:
         # Read once, straight into 64-byte aligned memory (see _aligned): the frames are
         # then aligned where they lie and are unpickled without another copy.
         try:
             with self._open(key) as f:
                 size = os.fstat(f.fileno()).st_size
+                if screen is not None and size > n:
+                    screen(memoryview(_read_up_to(f, n)), size)
+                    f.seek(0)
                 buf = aligned_buffer(size)
                 got = 0
                 while got < size:
@@ -194,14 +200,7 @@ class LocalStore:
         try:
             with self._open(key) as f:
                 size = os.fstat(f.fileno()).st_size
-                want, chunks = min(max(0, n), size), []
-                while want > 0:  # (unbuffered: a read may return less, on FUSE say)
-                    chunk = f.read(want)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    want -= len(chunk)
-                return b"".join(chunks), size
+                return _read_up_to(f, min(max(0, n), size)), size
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except OSError as err:
@@ -336,6 +335,18 @@ class LocalStore:
 
     def conditional_writes(self) -> bool:
         return True
+
+
+def _read_up_to(f: Any, n: int) -> bytes:
+    """The next ``n`` bytes of ``f``, fewer at its end."""
+    chunks = []
+    while n > 0:  # (unbuffered: a read may return less, on FUSE say)
+        chunk = f.read(n)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
 
 
 def _may_hold(folder: str, prefix: str) -> bool:

@@ -39,7 +39,7 @@ from .._aligned import aligned_buffer
 from .._errors import ConfigurationError, StoreError
 from .._retry import StoreConfigurationError, error_code, retrying
 from . import Listed
-from ._base import Payload, payload_size
+from ._base import Payload, Screen, payload_size
 
 try:
     import boto3
@@ -568,7 +568,8 @@ class _ObjectChanged(Exception):
     """The object was replaced while a ranged download was in progress."""
 
 
-def _read_exactly(body: Any, target: memoryview) -> None:
+def _read_exactly(body: Any, target: memoryview, *, close: bool = True) -> None:
+    """``target`` filled from ``body``, which is closed after (with ``close``)."""
     import http.client
 
     got = 0
@@ -579,7 +580,8 @@ def _read_exactly(body: Any, target: memoryview) -> None:
                 break
             got += n
     finally:
-        body.close()
+        if close:
+            body.close()
     if got != target.nbytes:
         # Retryable: the connection ended early.
         raise http.client.IncompleteRead(b"", target.nbytes - got)
@@ -1039,10 +1041,14 @@ class S3Store:
     # -- reads ---------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | bytearray | memoryview | None:
+        return self.get_screened(key, None, 0)
+
+    def get_screened(self, key: str, screen: Screen | None,
+                     n: int) -> bytes | bytearray | memoryview | None:
         full = self._key(key)
         for _ in range(5):
             try:
-                return self._get_once(key, full)
+                return self._get_once(key, full, screen, n)
             except _ObjectChanged:
                 continue  # replaced mid-download: read the new version from the start
         raise StoreError(
@@ -1071,7 +1077,8 @@ class S3Store:
                 return _EMPTY  # ranges are invalid on empty objects only
             raise
 
-    def _get_once(self, key: str, full: str) -> memoryview | None:
+    def _get_once(self, key: str, full: str, screen: Screen | None,
+                  n: int) -> memoryview | None:
         first = self.part_size
 
         def head_chunk() -> tuple[memoryview, int, int, str | None] | None:
@@ -1087,10 +1094,20 @@ class S3Store:
             total = _range_total(response) if response.get("ContentRange") else length
             if total is None or total < length:
                 total = length
+            screened = bytearray()
+            if screen is not None and total > n:
+                screened = bytearray(min(n, length))
+                try:
+                    _read_exactly(response["Body"], memoryview(screened), close=False)
+                    screen(memoryview(screened), total)
+                except BaseException:
+                    response["Body"].close()
+                    raise
             # The whole object goes into one 64-byte aligned buffer (see _aligned), so
             # the frames the format aligns in the object are aligned in memory as well.
             buffer = aligned_buffer(total)
-            _read_exactly(response["Body"], buffer[:length])
+            buffer[:len(screened)] = screened
+            _read_exactly(response["Body"], buffer[len(screened):length])
             return buffer, length, total, response.get("ETag")
 
         found: tuple[memoryview, int, int, str | None] | None = self._call("get", key, head_chunk)
