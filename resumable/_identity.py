@@ -312,7 +312,8 @@ def warn_if_older_version_derived_another(run: Run, ident: CallIdentity) -> None
                 "version of resumable (run id encoding %d) derived for this call. This "
                 "version tells apart arguments that one took as equal (numpy scalars and "
                 "Python numbers, a 0-d array and a 1-element one, an OrderedDict's order, "
-                "classes made at run time, subclasses' slots, NaNs' bits). If that run is "
+                "classes made at run time, subclasses' slots, NaNs' bits, RNG subclasses' "
+                "attributes, the class a __reduce__'s classmethod is bound to). If that run is "
                 "this call's, "
                 "resume it with run_id=%r (or $RESUMABLE_RUN_ID); if not, delete it with "
                 "%s", run.where(), other.where(), len(names), encoding, old,

@@ -73,7 +73,12 @@ _MAX_DEPTH = 100
 # subclass's attributes; values without such attributes keep their bytes.
 # 6 (review 119: float("nan") and -float("nan") had one run id): a NaN by its bits, as an
 # array's are, except float("nan")'s own (math.nan, np.nan), which keeps its bytes.
-ENCODING = 6
+# 7 (review 142: each pair had one run id, or a call none): an array's values without the
+# padding bytes its dtype leaves (a long double's 6 of 16, an aligned structured dtype's
+# gaps: whatever memory held, another id in every process); a dataclass's slots beyond its
+# fields; an RNG subclass's own attributes; the class a __reduce__'s classmethod is bound
+# to (type(self).create, inherited, named the base class).
+ENCODING = 7
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _FAST = frozenset(_ATOMS)
 
@@ -193,7 +198,8 @@ class _Encoder:
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             enc(_Attrs(fields), out, path, depth)
             if self.encoding >= 3:
-                extra = getattr(obj, "__dict__", None)
+                extra = (self._instance_attrs(obj) if self.encoding >= 7  # (and its slots)
+                         else getattr(obj, "__dict__", None))
                 if isinstance(extra, dict) and set(extra) - set(fields):
                     out += b"dcextra"
                     enc(_Attrs({k: v for k, v in extra.items() if k not in fields}), out,
@@ -219,7 +225,8 @@ class _Encoder:
                         dtype += ":F"
                     elif self.encoding >= 4 and not obj.flags.c_contiguous:
                         dtype += _axis_order(obj)
-                out += f"ndarray:{dtype}:{shape}:".encode() + arr.tobytes()
+                data = _value_bytes(np, arr) if self.encoding >= 7 else arr.tobytes()
+                out += f"ndarray:{dtype}:{shape}:".encode() + data
             if type(obj) is not np.ndarray:  # a subclass: its class and what it adds
                 out += f"ndsub:{_name(type(obj))}:".encode()
                 if isinstance(obj, np.ma.MaskedArray):
@@ -244,6 +251,14 @@ class _Encoder:
                 # (children spawned, which its state does not hold: default_rng(1) after
                 # .spawn(5) hands out others, review 109; 0 leaves the id as it was)
                 out += f"spawned:{spawned};".encode()
+            if self.encoding >= 7 and type(obj) not in _rng.rng_classes():
+                # A subclass's own attributes (Noisy(seed, scale)): its state is not all
+                # of it. (random.Random's gauss_next is in its state.)
+                extra = {k: v for k, v in self._instance_attrs(obj).items()
+                         if k != "gauss_next"}
+                if extra:
+                    out += b"attrs"
+                    enc(_Attrs(extra), out, path, depth)
         elif isinstance(obj, type):
             known = self._cached(obj, depth) if self.encoding >= 4 else None
             if known is not None:  # (once per class, depth and encoding: each instance
@@ -403,7 +418,9 @@ class _Encoder:
             # numpy's repr is the shortest string that reads back the same value
             out += f"npscalar:{token}:{obj!r};".encode()
             return
-        data = obj.tobytes()
+        np = self.np
+        data = (_value_bytes(np, np.asarray(obj)) if self.encoding >= 7 and dtype.kind == "V"
+                else obj.tobytes())  # (a structured scalar's padding: see _value_bytes)
         out += f"npscalar:{token}:{len(data)}:".encode() + data
 
     def _class_by_value(self, cls: type, out: bytearray, path: str, depth: int) -> None:
@@ -484,6 +501,11 @@ class _Encoder:
             self._fail(obj, path, f"its __reduce_ex__ returned {type(rv).__name__}")
         rebuild, args, state, items, pairs = (*rv, None, None, None)[:5]
         out += f"obj:{_name(rebuild)}(".encode()
+        if self.encoding >= 7 and isinstance(rebuild, types.MethodType):
+            # type(self).create, a classmethod a subclass inherits: its name is the base
+            # class's, the class it is bound to is not (review 142)
+            out += b"bound:"
+            self._encode(rebuild.__self__, out, f"{path}.__reduce__()[0].__self__", depth)
         self._encode(args, out, f"{path}.__reduce__()[1]", depth)
         out += b")"
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
@@ -498,6 +520,23 @@ class _Encoder:
             self._encode(list(items), out, f"{path} item", depth)
         if pairs is not None:
             self._encode(dict(pairs), out, path, depth)
+
+
+def _value_bytes(np: Any, arr: Any) -> bytes:
+    """An array's values as bytes, without the padding bytes its dtype leaves, which hold
+    whatever memory held (review 142: a long double array had another run id in every
+    process): a structured dtype field by field, an 80-bit long double's 10 bytes of 16."""
+    dtype = arr.dtype
+    if dtype.names is not None:
+        return b"".join(_value_bytes(np, np.ascontiguousarray(arr[name]))
+                        for name in dtype.names)
+    arr = np.ascontiguousarray(arr)
+    if dtype.kind in "fc" and np.finfo(dtype).nmant == 63:  # x87's extended precision
+        part = dtype.itemsize // (2 if dtype.kind == "c" else 1)
+        octets = arr.reshape(-1).view(np.uint8).reshape(-1, part)
+        big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+        return np.ascontiguousarray(octets[:, part - 10:] if big else octets[:, :10]).tobytes()
+    return bytes(arr.tobytes())
 
 
 def _atom_base(cls: type) -> Any:

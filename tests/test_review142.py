@@ -1,0 +1,143 @@
+"""Review 142 (run identity, of 3a57ef7): each case failed before its fix.
+
+- An argument array whose dtype leaves padding bytes (a long double's 6 of 16, an aligned
+  structured dtype's gaps) hashed them, whatever memory held: another run id in every
+  process (a SIGKILLed run started over; under a fixed run id, RunMismatchError).
+- A dataclass's slots beyond its fields, an RNG subclass's own attributes, and the class
+  a __reduce__'s inherited classmethod is bound to were not part of the run id: calls
+  differing only there shared one run, and the second returned the first's result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resumable import checkpointed
+from resumable._runid import encode_value
+
+
+def _used(dtype: np.dtype, base: int = 0) -> list[tuple[int, int]]:
+    """The byte ranges of an item of ``dtype`` that hold its value (x86: a long double's
+    first 10 bytes of 16)."""
+    if dtype.names is not None:
+        return [r for name in dtype.names
+                for r in _used(dtype.fields[name][0], base + dtype.fields[name][1])]
+    if dtype.kind in "fc" and np.finfo(dtype).nmant == 63:
+        part = dtype.itemsize // (2 if dtype.kind == "c" else 1)
+        return [(base + k, base + k + 10) for k in range(0, dtype.itemsize, part)]
+    return [(base, base + dtype.itemsize)]
+
+
+def _with_padding(arr: np.ndarray, junk: int) -> np.ndarray:
+    """``arr`` again, its padding bytes set to ``junk`` (its values the same)."""
+    items = np.frombuffer(arr.tobytes(), dtype=np.uint8).reshape(-1, arr.dtype.itemsize).copy()
+    used = np.zeros(arr.dtype.itemsize, dtype=bool)
+    for a, b in _used(arr.dtype):
+        used[a:b] = True
+    items[:, ~used] = junk
+    return items.reshape(-1).view(arr.dtype).reshape(arr.shape)
+
+
+_ALIGNED = np.dtype([("a", np.int8), ("b", np.float64), ("c", np.longdouble)], align=True)
+
+
+@pytest.mark.parametrize("arr", [
+    np.array([0.5, 0.25], dtype=np.longdouble),
+    np.array([0.5 + 1j, -2.0], dtype=np.clongdouble),
+    np.array([(1, 0.5, 0.25), (2, 1.5, -3.0)], dtype=_ALIGNED),
+], ids=["longdouble", "clongdouble", "aligned-struct"])
+def test_padding_bytes_are_no_part_of_an_arrays_identity(arr: np.ndarray) -> None:
+    a, b = _with_padding(arr, 0x00), _with_padding(arr, 0xA5)
+    assert a.tobytes() != b.tobytes()  # (the dtype has padding: the case is real)
+    assert np.array_equal(a, b)
+    assert encode_value(a, "w") == encode_value(b, "w")
+    assert encode_value(a[0], "w") == encode_value(b[0], "w")  # (a scalar of it)
+    other = arr.copy()
+    other.flat[0] = other.flat[1]
+    assert encode_value(other, "w") != encode_value(arr, "w")  # (values still count)
+
+
+def _summed(store: Path) -> Any:
+    @checkpointed(store=str(store))
+    def run(x: Any, *, state: Any = None) -> Any:
+        state = state or {"i": 0, "x": 0.0}
+        while state["i"] < 3:
+            state = {"i": state["i"] + 1, "x": state["x"] + x.value()}
+            yield state
+        return state["x"]
+
+    return run
+
+
+@dataclasses.dataclass
+class Params:
+    size: int
+
+
+class Tuned(Params):
+    __slots__ = ("rate",)
+
+    def __init__(self, size: int, rate: float) -> None:
+        super().__init__(size)
+        self.rate = rate
+
+    def value(self) -> float:
+        return self.rate
+
+
+class Noisy(random.Random):
+    def __init__(self, seed: int, scale: float) -> None:
+        super().__init__(seed)
+        self.scale = scale
+
+    def value(self) -> float:
+        return self.scale
+
+
+class Scaled(np.random.Generator):
+    def __init__(self, seed: int, scale: float) -> None:
+        super().__init__(np.random.PCG64(seed))
+        self.scale = scale
+
+    def value(self) -> float:
+        return self.scale
+
+
+class Model:
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    @classmethod
+    def create(cls, k: float) -> Model:
+        return cls(k)
+
+    def __reduce__(self) -> Any:
+        return (type(self).create, (self.k,))
+
+    def value(self) -> float:
+        return self.k
+
+
+class Doubling(Model):
+    def value(self) -> float:
+        return 2 * self.k
+
+
+@pytest.mark.parametrize("first, second", [
+    (Tuned(3, 0.5), Tuned(3, 2.0)),
+    (Noisy(1, 0.5), Noisy(1, 2.0)),
+    (Scaled(1, 0.5), Scaled(1, 2.0)),
+    (Model(1.0), Doubling(1.0)),
+], ids=["dataclass-slot", "random-subclass", "generator-subclass", "reduce-classmethod"])
+def test_calls_differing_only_there_have_runs_of_their_own(
+        tmp_path: Path, first: Any, second: Any) -> None:
+    run = _summed(tmp_path)
+    assert run(first) == 3 * first.value()
+    assert run(second) == 3 * second.value()  # (not the first call's stored result)
+    assert run(first) == 3 * first.value()
