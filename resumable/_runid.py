@@ -418,7 +418,7 @@ class _Encoder:
             # numpy's repr is the shortest string that reads back the same value
             out += f"npscalar:{token}:{obj!r};".encode()
             return
-        np = self.np
+        np: Any = self.np  # (loaded: obj is a numpy scalar)
         data = (_value_bytes(np, np.asarray(obj)) if self.encoding >= 7 and dtype.kind == "V"
                 else obj.tobytes())  # (a structured scalar's padding: see _value_bytes)
         out += f"npscalar:{token}:{len(data)}:".encode() + data
@@ -535,7 +535,7 @@ def _value_bytes(np: Any, arr: Any) -> bytes:
         part = dtype.itemsize // (2 if dtype.kind == "c" else 1)
         octets = arr.reshape(-1).view(np.uint8).reshape(-1, part)
         big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
-        return np.ascontiguousarray(octets[:, part - 10:] if big else octets[:, :10]).tobytes()
+        return bytes(np.ascontiguousarray(octets[:, part - 10:] if big else octets[:, :10]))
     return bytes(arr.tobytes())
 
 
