@@ -834,6 +834,7 @@ class _Execution:
                 log.info("run %s is complete; returning its stored result without running it",
                          run.where())
                 self._warn_identity_unchecked("a stored result", "the call that stored it")
+                _identity.warn_if_result_changed(run, self.ident)
                 # The RNGs as the run left them, so that what the caller does next (a
                 # second phase, say) draws what it drew after the uninterrupted run.
                 self._restore_rng(run.load_rng_start(RNG_END) if self.opts.capture_rng

@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import logging
 import time
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,12 @@ class CallIdentity:
     ignored: dict[str, str] = field(default_factory=dict)  # ignored argument -> hash
     ignored_shown: dict[str, str] = field(default_factory=dict)
     code: str = ""  # hash of the decorated function's code
+    # a closure variable of the decorated function holding a value that cannot change (a
+    # number, a string, a tuple of such) -> its hash; and a short display of it. Not part
+    # of the run id (a closure also holds a factory's lists, loggers, counters, which
+    # change from call to call): a run made with other values is warned about.
+    closure: dict[str, str] = field(default_factory=dict)
+    closure_shown: dict[str, str] = field(default_factory=dict)
     # identifying argument -> its value: to hash it as older versions of the encoding did
     # (a run they recorded under a fixed id resumes), and to derive their run ids
     values: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -98,8 +105,36 @@ def identify(func: Callable[..., Any], arguments: Mapping[str, Any], *,
         ignored={k: _lenient_hash(k, v) for k, v in ignored.items()},
         ignored_shown={k: _show(v) for k, v in ignored.items()},
         code=code_fingerprint(func),
+        **_closure(func),
         values=identifying, ignored_values=ignored, older_ids=older_ids,
     )
+
+
+def _closure(func: Callable[..., Any]) -> dict[str, dict[str, str]]:
+    """``closure`` and ``closure_shown`` of CallIdentity for ``func``."""
+    code = getattr(func, "__code__", None)
+    cells = getattr(func, "__closure__", None) or ()
+    if not isinstance(code, types.CodeType) or len(code.co_freevars) != len(cells):
+        return {}
+    hashes, shown = {}, {}
+    for name, cell in zip(code.co_freevars, cells, strict=True):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # (empty: assigned later in the enclosing function)
+            continue
+        if _fixed_value(value):
+            hashes[name] = _hash(encode_value_as(value, name, ENCODING))
+            shown[name] = _show(value)
+    return {"closure": hashes, "closure_shown": shown} if hashes else {}
+
+
+def _fixed_value(value: Any, depth: int = 0) -> bool:
+    """A value nothing can change: a number, a string, bytes, None, a tuple or frozenset
+    of such."""
+    if type(value) in (type(None), bool, int, float, complex, str, bytes):
+        return True
+    return (type(value) in (tuple, frozenset) and depth < 8
+            and all(_fixed_value(v, depth + 1) for v in value))
 
 
 def _hash(encoded: bytes) -> str:
@@ -212,6 +247,7 @@ def record_attempt(run: Run, ident: CallIdentity, resumed: Checkpoint | None) ->
         "code": ident.code, "ignored": ident.ignored, "shown": ident.ignored_shown,
         "resumed_from_step": resumed.step if resumed is not None else None,
         "encoding": ENCODING,  # (what hashed "ignored": review 109)
+        "closure": ident.closure, "closure_shown": ident.closure_shown,
     })
 
 
@@ -261,15 +297,42 @@ def result_applies(run: Run, ident: CallIdentity,
 
 
 def warn_if_code_changed(run: Run, ident: CallIdentity, resumed: Checkpoint) -> None:
-    """One WARNING when the checkpoint was written by other code of the function."""
-    wrote = run.read_record(f"{CALL}{resumed.epoch:08d}", "call")
-    if wrote is None or not wrote.get("code") or not ident.code or wrote["code"] == ident.code:
+    """A WARNING when the checkpoint was written by other code of the function, or by
+    the function with other values in its closure."""
+    _warn_if_changed(run, ident, resumed.epoch, resumed.key.rsplit("/", 1)[1], "resuming it")
+
+
+def warn_if_result_changed(run: Run, ident: CallIdentity) -> None:
+    """The same for a stored result that a call is about to return (review 142: a
+    factory's function made with n=5 returned the result of the one made with n=3, and
+    changed code returned a stored result without a word, where a resume warned)."""
+    _warn_if_changed(run, ident, run.result_epoch, "its stored result", "returning it")
+
+
+def _warn_if_changed(run: Run, ident: CallIdentity, epoch: int, what: str,
+                     doing: str) -> None:
+    wrote = run.read_record(f"{CALL}{epoch:08d}", "call")
+    if wrote is None:
         return
-    log.warning(
-        "run %s: %s was written by different code of %s (its bytecode changed since, or "
-        "the Python version did); resuming it anyway. If the change is incompatible with "
-        "the saved state, pass version= to @checkpointed (e.g. version=2) to start a new "
-        "run", run.where(), resumed.key.rsplit("/", 1)[1], ident.function)
+    if wrote.get("code") and ident.code and wrote["code"] != ident.code:
+        log.warning(
+            "run %s: %s was written by different code of %s (its bytecode changed since, "
+            "or the Python version did); %s anyway. If the change is incompatible with "
+            "the saved state, pass version= to @checkpointed (e.g. version=2) to start a "
+            "new run", run.where(), what, ident.function, doing)
+    theirs, before = wrote.get("closure"), wrote.get("closure_shown") or {}
+    if not isinstance(theirs, dict) or wrote.get("encoding") != ENCODING:
+        return  # (a record from before closures were recorded, or hashed otherwise)
+    changed = sorted(n for n in set(theirs) | set(ident.closure)
+                     if theirs.get(n) != ident.closure.get(n))
+    if changed:
+        values = ", ".join(f"{n}: {before.get(n, 'none')} -> {ident.closure_shown.get(n, 'none')}"
+                           for n in changed)
+        log.warning(
+            "run %s: %s was made by %s with other values in its closure (%s), which are "
+            "no part of the run id; %s anyway. If they make it another computation, "
+            "pass them as arguments (or change version=) so that each has a run of its own",
+            run.where(), what, ident.function, values, doing)
 
 
 def warn_if_older_version_derived_another(run: Run, ident: CallIdentity) -> None:
