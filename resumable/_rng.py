@@ -10,7 +10,11 @@ are found among the call's arguments by one rule, applied once per call:
   (``rngs[0]``, ``streams['mutation']``; a key whose repr names its address, which the
   resuming process's key does not have, goes by its position: ``streams[#2]``);
 - the attributes of any other argument, from its ``__dict__`` and ``__slots__``
-  (``self.rng`` of a decorated method).
+  (``self.rng`` of a decorated method); of a callable argument, what it draws from: a
+  bound method's object (``rng.random``: ``draw.__self__``), a partial's arguments and
+  its function's object (``partial(rng.normal, 0, 1)``: ``noise.func.__self__``), a
+  function's closure cells and the RNGs among the globals its code names
+  (``lambda: rng.random()``: ``draw.__closure__[0]``, or ``draw.__globals__['rng']``).
 
 One level deep: ``self.ga.rng`` is not found (put it in the state, or pass it). Each is
 saved under its path with every checkpoint and restored in place, in the same object,
@@ -24,6 +28,7 @@ import contextlib
 import copy
 import ctypes
 import enum
+import functools
 import hashlib
 import importlib
 import itertools
@@ -104,6 +109,39 @@ def _attributes(obj: Any) -> list[tuple[str, Any]]:
     return found
 
 
+def _is_seed_sequence(obj: Any) -> bool:
+    np = _numpy.loaded()
+    return np is not None and isinstance(obj, np.random.SeedSequence)
+
+
+def _drawn_from(obj: Any) -> list[tuple[str, Any]]:
+    """What a callable without attributes of its own draws from, by path: a bound method's
+    object, a partial's arguments and its function's object, a function's closure cells
+    (review 142: ``rng.random`` passed as an argument was part of the run id, by its
+    state, but never saved: a resumed run drew other numbers, without a word)."""
+    if isinstance(obj, functools.partial):
+        found = [(f"args[{i}]", a) for i, a in enumerate(obj.args)]
+        found += [(f"keywords[{k!r}]", v) for k, v in sorted(obj.keywords.items())]
+        owner = getattr(obj.func, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            found.append(("func.__self__", owner))
+        return found
+    if isinstance(obj, types.FunctionType):
+        found = []
+        for i, cell in enumerate(obj.__closure__ or ()):
+            with contextlib.suppress(ValueError):  # (an empty cell)
+                found.append((f"__closure__[{i}]", cell.cell_contents))
+        space = obj.__globals__
+        found += [(f"__globals__[{g!r}]", space[g]) for g in sorted(set(obj.__code__.co_names))
+                  if g in space and _kind(space[g]) is not None]  # (a script's rng)
+        return found
+    owner = getattr(obj, "__self__", None)
+    if (isinstance(obj, (types.MethodType, types.BuiltinMethodType))
+            and owner is not None and not isinstance(owner, types.ModuleType)):
+        return [("__self__", owner)]
+    return []
+
+
 def slot_items(obj: Any, names: Sequence[str] | None = None) -> list[tuple[str, Any]]:
     """The slots ``obj`` has set, by name (as pickle finds them); ``names``: its class's
     ``slot_names``, if known."""
@@ -139,7 +177,11 @@ def find(arguments: Mapping[str, Any]) -> Targets:
     chosen: dict[int, tuple[tuple[Any, ...], str, Any]] = {}  # id -> (rank, path, RNG)
     others: dict[int, list[tuple[tuple[Any, ...], str]]] = {}  # id -> the paths not chosen
 
+    sequences: list[str] = []  # paths of bare SeedSequences (warned about)
+
     def add(rank: tuple[Any, ...], path: str, obj: Any) -> None:
+        if _is_seed_sequence(obj):
+            sequences.append(path)
         if _kind(obj) is not None:
             known = chosen.get(id(obj))
             if known is None or rank < known[0]:
@@ -150,7 +192,7 @@ def find(arguments: Mapping[str, Any]) -> Targets:
                 others.setdefault(id(obj), []).append((rank, path))
 
     for n, (name, value) in enumerate(arguments.items()):
-        if _kind(value) is not None:
+        if _kind(value) is not None or _is_seed_sequence(value):
             add((n,), name, value)
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
@@ -169,10 +211,17 @@ def find(arguments: Mapping[str, Any]) -> Targets:
                     others.setdefault(id(held[m][2]), []).append(
                         ((n, True, text), f"{name}[{text}]"))
         else:
-            for attr, item in _attributes(value):
+            for attr, item in _attributes(value) or _drawn_from(value):
                 # (a __dict__ may hold a key that is not a str: review 123, TypeError)
                 rank = attr if isinstance(attr, str) else f"\uffff{attr!r}"
                 add((n, rank), f"{name}.{attr}", item)
+    if sequences:
+        log.warning(
+            "%s %s a numpy SeedSequence: the children it spawns are not counted in the "
+            "checkpoints (a Generator's are), so a resumed run spawns the same ones again "
+            "and is not bit-identical. Spawn from a Generator made on it "
+            "(np.random.default_rng(seq).spawn(n)), or keep the sequence in the state",
+            ", ".join(sorted(sequences)), "is" if len(sequences) == 1 else "are")
     # (in the order of their ranks: a dict's order leaves the list as it is, too)
     out = Found((path, obj) for _, path, obj in sorted(chosen.values(), key=lambda c: c[0]))
     out.aliases = {chosen[k][1]: [p for _, p in sorted(v)] for k, v in others.items()

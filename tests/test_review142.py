@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 from pathlib import Path
@@ -221,3 +222,62 @@ def test_a_stored_result_written_by_other_code_is_warned_about(
         assert checkpointed(store=str(tmp_path), run_id="r")(second)() == "first code"
     assert any("different code" in m and "returning it anyway" in m
                for m in _warnings(caplog)), _warnings(caplog)
+
+
+# -- RNGs a callable argument draws from ----------------------------------------------
+
+_SCRIPT_RNG: Any = None  # (a script's global generator, which a lambda reads)
+
+
+def _draws(kind: str) -> Any:
+    """A callable argument drawing from a fresh default_rng(7), and its generator."""
+    global _SCRIPT_RNG
+    rng = np.random.default_rng(7)
+    if kind == "method":
+        return rng.random
+    if kind == "partial":
+        return functools.partial(rng.normal, 0.0, 1.0)
+    if kind == "closure":
+        return lambda: rng.random()
+    _SCRIPT_RNG = rng
+    return lambda: _SCRIPT_RNG.random()
+
+
+@pytest.mark.parametrize("kind", ["method", "partial", "closure", "global"])
+def test_an_rng_a_callable_argument_draws_from_is_restored(tmp_path: Path, kind: str) -> None:
+    """rng.random, partial(rng.normal, 0, 1), lambda: rng.random() passed as an argument:
+    the run id held the generator's state, but the generator was not saved, so a resume
+    drew other numbers than the uninterrupted run, without a word."""
+    class Stop(Exception):
+        pass
+
+    stop_at: list[int] = []
+
+    def walk(draw: Any, *, state: Any = None) -> Any:
+        xs = state or []
+        while len(xs) < 8:
+            if len(xs) + 1 in stop_at:
+                raise Stop
+            xs = [*xs, draw()]
+            yield xs
+        return xs
+
+    whole = checkpointed(store=str(tmp_path / "whole"))(walk)(_draws(kind))
+    resumable_walk = checkpointed(store=str(tmp_path / "cut"))(walk)
+    stop_at.append(5)
+    with pytest.raises(Stop):
+        resumable_walk(_draws(kind))
+    stop_at.clear()
+    assert resumable_walk(_draws(kind)) == whole  # (a new process builds it from its seed)
+
+
+def test_a_seed_sequence_argument_is_warned_about(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def spawn(seq: Any, *, state: Any = None) -> Any:
+        yield 1
+        return np.random.default_rng(seq.spawn(1)[0]).random()
+
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        checkpointed(store=str(tmp_path))(spawn)(np.random.SeedSequence(7))
+    assert any("seq is a numpy SeedSequence" in m for m in _warnings(caplog)), \
+        _warnings(caplog)
