@@ -124,7 +124,10 @@ def _closure(func: Callable[..., Any]) -> dict[str, dict[str, str]]:
             continue
         if _fixed_value(value):
             hashes[name] = _hash(encode_value_as(value, name, ENCODING))
-            shown[name] = _show(value)
+            # (a string or bytes by its type: a factory's API token stays out of the
+            # store and the logs, review 145)
+            shown[name] = f"<{type(value).__name__}>" if isinstance(
+                value, (str, bytes, tuple, frozenset)) else _show(value)
     return {"closure": hashes, "closure_shown": shown} if hashes else {}
 
 
@@ -311,7 +314,12 @@ def warn_if_result_changed(run: Run, ident: CallIdentity) -> None:
 
 def _warn_if_changed(run: Run, ident: CallIdentity, epoch: int, what: str,
                      doing: str) -> None:
-    wrote = run.read_record(f"{CALL}{epoch:08d}", "call")
+    try:
+        wrote = run.read_record(f"{CALL}{epoch:08d}", "call")
+    except Exception as err:  # (only a warning depends on it: never the call, review 145)
+        log.debug("run %s: could not read the record of attempt %d: %s", run.where(),
+                  epoch, err)
+        return
     if wrote is None:
         return
     if wrote.get("code") and ident.code and wrote["code"] != ident.code:
@@ -323,10 +331,12 @@ def _warn_if_changed(run: Run, ident: CallIdentity, epoch: int, what: str,
     theirs, before = wrote.get("closure"), wrote.get("closure_shown") or {}
     if not isinstance(theirs, dict) or wrote.get("encoding") != ENCODING:
         return  # (a record from before closures were recorded, or hashed otherwise)
-    changed = sorted(n for n in set(theirs) | set(ident.closure)
-                     if theirs.get(n) != ident.closure.get(n))
+    # (a name with a fixed value on both sides: a cell that holds None in one call and a
+    # function in another, an integration's own, is no value of the run, review 145)
+    changed = sorted(n for n in set(theirs) & set(ident.closure)
+                     if theirs[n] != ident.closure[n])
     if changed:
-        values = ", ".join(f"{n}: {before.get(n, 'none')} -> {ident.closure_shown.get(n, 'none')}"
+        values = ", ".join(f"{n}: {before.get(n, '?')} -> {ident.closure_shown.get(n, '?')}"
                            for n in changed)
         log.warning(
             "run %s: %s was made by %s with other values in its closure (%s), which are "

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import copy
 import ctypes
+import dis
 import enum
 import functools
 import hashlib
@@ -109,12 +110,46 @@ def _attributes(obj: Any) -> list[tuple[str, Any]]:
     return found
 
 
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names ``code`` (and the code nested in it) loads: not ``co_names``,
+    which holds attribute names too (review 145: ``ind.rng.random()`` took the script's
+    global ``rng`` for one the function draws from)."""
+    names: set[str] = set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+            names.add(ins.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _globals_read(const)
+    return names
+
+
+def _is_rng_type(cls: type) -> bool:
+    """``_kind`` by the type alone: nothing of the object is read (a lazily imported
+    module loads at its first attribute, review 145: ImportError at the call)."""
+    if issubclass(cls, random.Random):
+        return not issubclass(cls, random.SystemRandom)
+    np = _numpy.loaded()
+    r = np.random if np is not None else None
+    return r is not None and issubclass(cls, (r.Generator, r.RandomState, r.BitGenerator))
+
+
 def _is_seed_sequence(obj: Any) -> bool:
     np = _numpy.loaded()
     return np is not None and isinstance(obj, np.random.SeedSequence)
 
 
+def _is_seed_sequence_type(cls: type) -> bool:
+    np = _numpy.loaded()
+    return np is not None and issubclass(cls, np.random.SeedSequence)
+
+
 def _drawn_from(obj: Any) -> list[tuple[str, Any]]:
+    return [(path, v) for path, v in _parts_of(obj) if _is_rng_type(type(v))
+            or _is_seed_sequence_type(type(v))]  # (by type: nothing of the rest is read)
+
+
+def _parts_of(obj: Any) -> list[tuple[str, Any]]:
     """What a callable without attributes of its own draws from, by path: a bound method's
     object, a partial's arguments and its function's object, a function's closure cells
     (review 142: ``rng.random`` passed as an argument was part of the run id, by its
@@ -132,8 +167,8 @@ def _drawn_from(obj: Any) -> list[tuple[str, Any]]:
             with contextlib.suppress(ValueError):  # (an empty cell)
                 found.append((f"__closure__[{i}]", cell.cell_contents))
         space = obj.__globals__
-        found += [(f"__globals__[{g!r}]", space[g]) for g in sorted(set(obj.__code__.co_names))
-                  if g in space and _kind(space[g]) is not None]  # (a script's rng)
+        found += [(f"__globals__[{g!r}]", space[g]) for g in sorted(_globals_read(obj.__code__))
+                  if g in space and _is_rng_type(type(space[g]))]  # (a script's rng)
         return found
     owner = getattr(obj, "__self__", None)
     if (isinstance(obj, (types.MethodType, types.BuiltinMethodType))

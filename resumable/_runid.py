@@ -198,12 +198,18 @@ class _Encoder:
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
             enc(_Attrs(fields), out, path, depth)
             if self.encoding >= 3:
-                extra = (self._instance_attrs(obj) if self.encoding >= 7  # (and its slots)
-                         else getattr(obj, "__dict__", None))
-                if isinstance(extra, dict) and set(extra) - set(fields):
+                extra = getattr(obj, "__dict__", None)
+                extra = extra if isinstance(extra, dict) else {}
+                slots = {k: v for k, v in self._instance_attrs(obj).items()
+                         if k not in extra} if self.encoding >= 7 else {}
+                if set(extra) - set(fields) or set(slots) - set(fields):
                     out += b"dcextra"
                     enc(_Attrs({k: v for k, v in extra.items() if k not in fields}), out,
                         path, depth)
+                if set(slots) - set(fields):  # (without a stable value: by its type, as
+                    # before encoding 7, when they were not encoded at all)
+                    self._lenient_attrs({k: v for k, v in slots.items() if k not in fields},
+                                        out, path, depth)
         elif np is not None and isinstance(obj, np.ndarray):
             if obj.dtype.hasobject:
                 if obj.dtype != object:
@@ -256,9 +262,8 @@ class _Encoder:
                 # of it. (random.Random's gauss_next is in its state.)
                 extra = {k: v for k, v in self._instance_attrs(obj).items()
                          if k != "gauss_next"}
-                if extra:
-                    out += b"attrs"
-                    enc(_Attrs(extra), out, path, depth)
+                if extra:  # (one without a stable value by its type: a lock worked before)
+                    self._lenient_attrs(extra, out, path, depth)
         elif isinstance(obj, type):
             known = self._cached(obj, depth) if self.encoding >= 4 else None
             if known is not None:  # (once per class, depth and encoding: each instance
@@ -392,6 +397,20 @@ class _Encoder:
         if extra:
             out += b"attrs"
             self._encode(_Attrs(extra), out, path, depth)
+
+    def _lenient_attrs(self, attrs: Mapping[str, Any], out: bytearray, path: str,
+                       depth: int) -> None:
+        """Attributes encoding 7 added to an identity, each one without a stable value by
+        its type (a lock in an RNG subclass: the call worked before, review 145)."""
+        items = []
+        for name, value in attrs.items():
+            try:
+                part = self._sub(value, f"{path}.{name}", depth)
+            except ConfigurationError:
+                part = f"unstable:{_name(type(value))};".encode()
+            items.append(self._sub(name, path, depth) + b"=" + part)
+        items.sort()
+        out += f"lattrs:{len(items)}{{".encode() + b"".join(items) + b"}"
 
     def _instance_attrs(self, obj: Any) -> dict[str, Any]:
         """An instance's attributes: its ``__dict__``, and from encoding 5 its slots."""

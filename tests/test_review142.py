@@ -201,7 +201,7 @@ def test_a_resume_made_with_other_closure_values_is_warned_about(
     label = "second"
     with caplog.at_level(logging.WARNING, logger="resumable"):
         assert job() == "second"
-    assert any("label: 'first' -> 'second'" in m for m in _warnings(caplog)), \
+    assert any("label: <str> -> <str>" in m for m in _warnings(caplog)), \
         _warnings(caplog)
 
 

@@ -100,7 +100,16 @@ class SupportsScreenedGet(Protocol):
 
 
 def get_screened(store: Store, key: str, screen: Screen, n: int) -> Buffer | None:
-    """``store.get_screened(key, screen, n)`` where the store has it, else ``get``."""
-    if isinstance(store, SupportsScreenedGet):
+    """``store.get_screened(key, screen, n)`` where the store's class has it beside the
+    ``get`` it uses, else ``get``: a subclass that overrides ``get`` (bytes it decompresses
+    or checks), or a wrapper that forwards other attributes to a store, is read through
+    its own ``get`` (review 145: a zlib subclass's objects were read raw)."""
+    cls = type(store)
+    if isinstance(store, SupportsScreenedGet) and _defined_in(cls, "get") is _defined_in(
+            cls, "get_screened"):
         return store.get_screened(key, screen, n)
     return store.get(key)
+
+
+def _defined_in(cls: type, name: str) -> type | None:
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
