@@ -36,7 +36,8 @@ def H(signum, frame):  # the program's own: a third SIGTERM forces the exit
     ready(calls)
     if calls == 3:
         os._exit(7)
-    time.sleep(120)  # (its work, in the handler)
+    for _ in range(2400):  # (its work, in the handler: 120 s in steps, or a SIGTERM
+        time.sleep(0.05)  # landing just before the sleep waits for all of it)
 
 signal.signal(signal.SIGTERM, H)
 """
