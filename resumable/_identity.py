@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import sys
 import time
 import types
 from collections.abc import Callable, Mapping
@@ -122,19 +123,25 @@ def _closure(func: Callable[..., Any]) -> dict[str, dict[str, str]]:
             value = cell.cell_contents
         except ValueError:  # (empty: assigned later in the enclosing function)
             continue
-        if _fixed_value(value):
-            hashes[name] = _hash(encode_value_as(value, name, ENCODING))
-            # (a string or bytes by its type: a factory's API token stays out of the
-            # store and the logs, review 145)
-            shown[name] = f"<{type(value).__name__}>" if isinstance(
-                value, (str, bytes, tuple, frozenset)) else _show(value)
-    return {"closure": hashes, "closure_shown": shown} if hashes else {}
+        # A value that cannot change by its hash, shown by its type alone (a factory's
+        # API token or key stays out of the store and the logs, reviews 145, 146);
+        # any other (a list, a logger, a hook) by "" and its type: not compared, but a
+        # change from a fixed value to such a one is (make(3) -> make(np.int64(5))).
+        hashes[name] = _hash(encode_value_as(value, name, ENCODING)) if _fixed_value(
+            value) else ""
+        shown[name] = "None" if value is None else f"<{type(value).__name__}>"
+    if not hashes:
+        return {}
+    return {"closure": hashes, "closure_shown": shown}
 
 
 def _fixed_value(value: Any, depth: int = 0) -> bool:
-    """A value nothing can change: a number, a string, bytes, None, a tuple or frozenset
-    of such."""
+    """A value nothing can change: a number (numpy's scalars too), a string, bytes, None,
+    a tuple or frozenset of such."""
     if type(value) in (type(None), bool, int, float, complex, str, bytes):
+        return True
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic) and not value.dtype.hasobject:
         return True
     return (type(value) in (tuple, frozenset) and depth < 8
             and all(_fixed_value(v, depth + 1) for v in value))
@@ -328,15 +335,25 @@ def _warn_if_changed(run: Run, ident: CallIdentity, epoch: int, what: str,
             "or the Python version did); %s anyway. If the change is incompatible with "
             "the saved state, pass version= to @checkpointed (e.g. version=2) to start a "
             "new run", run.where(), what, ident.function, doing)
-    theirs, before = wrote.get("closure"), wrote.get("closure_shown") or {}
-    if not isinstance(theirs, dict) or wrote.get("encoding") != ENCODING:
-        return  # (a record from before closures were recorded, or hashed otherwise)
-    # (a name with a fixed value on both sides: a cell that holds None in one call and a
-    # function in another, an integration's own, is no value of the run, review 145)
-    changed = sorted(n for n in set(theirs) & set(ident.closure)
-                     if theirs[n] != ident.closure[n])
+    theirs, before = wrote.get("closure"), wrote.get("closure_shown")
+    if (not isinstance(theirs, dict) or not isinstance(before, dict)
+            or wrote.get("encoding") != ENCODING):
+        return  # (a record from before closures were recorded, hashed otherwise, or odd)
+    ours, now = ident.closure, ident.closure_shown
+
+    def differs(n: str) -> bool:
+        # Both sides not fixed values: nothing to compare. None on one side and no fixed
+        # value on the other: an optional hook, set in one call (the integrations' own
+        # cell, review 145), no value of the run.
+        if not theirs[n] and not ours[n]:
+            return False
+        if "None" in (before.get(n), now.get(n)) and not (theirs[n] and ours[n]):
+            return False
+        return bool(theirs[n] != ours[n])
+
+    changed = sorted(n for n in set(theirs) & set(ours) if differs(n))
     if changed:
-        values = ", ".join(f"{n}: {before.get(n, '?')} -> {ident.closure_shown.get(n, '?')}"
+        values = ", ".join(f"{n}: {before.get(n, '?')} -> {now.get(n, '?')}"
                            for n in changed)
         log.warning(
             "run %s: %s was made by %s with other values in its closure (%s), which are "

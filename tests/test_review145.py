@@ -237,3 +237,89 @@ def test_a_global_is_not_read_to_find_rngs(tmp_path: Path) -> None:
 
     assert checkpointed(store=str(tmp_path))(f)(fitness) == 9
     assert np  # (numpy loaded: the search looks for its generators too)
+
+
+# -- review 146 (of 7e614b7) -----------------------------------------------------------
+
+
+class Counting(LocalStore):
+    """Overrides get_screened alone: its inherited get goes through it."""
+
+    def get_screened(self, key: str, screen: Any, n: int) -> Any:
+        return super().get_screened(key, screen, n)
+
+
+def test_a_subclass_overriding_get_screened_alone_is_still_screened(tmp_path: Path) -> None:
+    import os
+
+    from resumable._format import screen
+    from resumable.stores._base import get_screened
+
+    store = Counting(tmp_path)
+    store.put("job/ckpt-x", [b"\0" * 64])
+    os.truncate(tmp_path / "job" / "ckpt-x", 1 << 40)  # (1 TiB, sparse: never allocated)
+    from resumable._format import InvalidObject
+
+    with pytest.raises(InvalidObject, match="bad magic"):
+        get_screened(store, "job/ckpt-x", screen, 112)
+
+
+def test_heads_are_read_through_a_subclass_get(tmp_path: Path) -> None:
+    from resumable.stores._base import head_of
+
+    store = Zipped(tmp_path)
+    store.put("k", [b"0123456789" * 100])
+    assert head_of(store, "k", 10) == (b"0123456789", 1000)
+
+
+def test_a_get_set_on_the_instance_is_used(tmp_path: Path) -> None:
+    from resumable._format import screen
+    from resumable.stores._base import get_screened
+
+    store = LocalStore(tmp_path)
+    store.put("k", [b"x" * 200])
+    asked: list[str] = []
+    plain = store.get
+
+    def watched(key: str) -> Any:
+        asked.append(key)
+        return plain(key)
+
+    store.get = watched  # type: ignore[method-assign]
+    assert bytes(get_screened(store, "k", screen, 112) or b"") == b"x" * 200
+    assert asked == ["k"]
+
+
+def test_a_closure_value_changed_to_another_kind_is_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def make(n: Any) -> Any:
+        def f(x: int, *, state: int | None = None) -> Any:
+            yield 1
+            return x * n
+        return checkpointed(store=str(tmp_path))(f)
+
+    assert make(3)(4) == 12
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert make(np.int64(5))(4) == 12
+        assert make([5])(4) == 12
+    warned = [m for m in _warnings(caplog) if "closure" in m]
+    assert len(warned) == 2 and "n: <int> -> <int64>" in warned[0], warned
+    assert "n: <int> -> <list>" in warned[1], warned
+    assert not any("3" in m.split("closure")[1].split(")")[0] for m in warned), warned
+
+
+def test_an_odd_call_record_does_not_fail_the_call(tmp_path: Path) -> None:
+    from resumable._run import CALL, Run
+
+    def make(n: int) -> Any:
+        def f(x: int, *, state: int | None = None) -> Any:
+            yield 1
+            return x * n
+        return checkpointed(store=str(tmp_path), run_id="r")(f)
+
+    assert make(3)(4) == 12
+    run = Run(open_store(str(tmp_path)), "r")
+    name = next(k for k in run.store.list("r/") if f"/{CALL}" in k).split("/")[1]
+    record = run.read_record(name, "call") or {}
+    run.write_record(name, "call", {**record, "closure_shown": [1]})  # (not a dict)
+    assert make(5)(4) == 12
