@@ -402,14 +402,9 @@ class _Encoder:
                        depth: int) -> None:
         """Attributes encoding 7 added to an identity, each one without a stable value by
         its type (a lock in an RNG subclass: the call worked before, review 145)."""
-        items = []
-        for name, value in attrs.items():
-            try:
-                part = self._sub(value, f"{path}.{name}", depth)
-            except ConfigurationError:
-                part = f"unstable:{_name(type(value))};".encode()
-            items.append(self._sub(name, path, depth) + b"=" + part)
-        items.sort()
+        items = sorted(self._sub(name, path, depth) + b"="
+                       + self._sub_or_type(value, f"{path}.{name}", depth)
+                       for name, value in attrs.items())
         out += f"lattrs:{len(items)}{{".encode() + b"".join(items) + b"}"
 
     def _instance_attrs(self, obj: Any) -> dict[str, Any]:
@@ -460,15 +455,19 @@ class _Encoder:
                 value = ("property", value.fget, value.fset, value.fdel)
             elif isinstance(value, functools.cached_property):
                 value = ("cached_property", value.func)  # (not its lock, in 3.11)
-            try:
-                part = self._sub(value, f"{path}.__dict__[{name!r}]", depth)
-            except ConfigurationError:
-                # A descriptor without a stable value: its type (this class was named
-                # by its name alone before; failing the call would be a regression)
-                part = f"unstable:{_name(type(value))};".encode()
+            # (a descriptor without a stable value by its type: this class was named by
+            # its name alone before; failing the call would be a regression)
+            part = self._sub_or_type(value, f"{path}.__dict__[{name!r}]", depth)
             items.append(self._sub(name, path, depth) + b"=" + part)
         items.sort()
         out += f"map:{len(items)}{{".encode() + b"".join(items) + b"}"
+
+    def _sub_or_type(self, obj: Any, path: str, depth: int) -> bytes:
+        """``_sub``, or for a value without a stable one its type."""
+        try:
+            return self._sub(obj, path, depth)
+        except ConfigurationError:
+            return f"unstable:{_name(type(obj))};".encode()
 
     def _sub(self, obj: Any, path: str, depth: int) -> bytes:
         buf = bytearray()
