@@ -301,6 +301,10 @@ _relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, 
 _relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
 _relay_holds = False  # the wakeup fd is ours (set by _start_relay, not handed back)
 _taken_at = -1.0  # when ours last took a SIGTERM delivered to it (monotonic)
+# SIGTERMs whose byte the relay left to a handler of the program's (in front, or behind
+# ours with no run to serve): ours called by that handler's chain for one of them serves
+# that one, not a later one (one token each; list.append and pop are atomic)
+_unpaired: list[None] = []
 
 
 def _start_relay() -> None:
@@ -379,6 +383,7 @@ def _relay_one(began: float) -> None:
         return  # served already, or not ours to serve
     if not _runs:
         if not _is_default(_previous):
+            _unpaired.append(None)
             return  # a handler of the program's: the main thread runs it, as without us
         # The default action, as without us: the kernel takes it whichever thread
         # it hands the signal to, and ours runs only in the main thread, which may
@@ -392,6 +397,7 @@ def _relay_one(began: float) -> None:
         # Replaced during the run (a framework the body set up): whether the main
         # thread already ran that handler is unknown; a relayed SIGTERM would call
         # it a second time for one signal.
+        _unpaired.append(None)
         return
     _kick_main(main)
 
@@ -682,14 +688,22 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     # own frame to ours looked delivered).
     caller = sys._getframe().f_back
     delivered = frame is caller and signal.getsignal(signum) is _handler
-    if delivered or threading.get_ident() == threading.main_thread().ident:
-        # Served in the main thread: delivered, or called by the program's handler in
-        # front that chains to ours. Not counted for a chain, the relay read the byte of
-        # a SIGTERM the chain had served after ours started a run for it (the program's
-        # handler making a final checkpointed call) and sent it again: that run was
-        # stopped before its body started, exit 143 (the nested component test of
-        # review 134, 1 to 4 runs in 12).
+    if delivered:
         _taken_at = time.monotonic()
+    elif frame is not None and threading.get_ident() == threading.main_thread().ident:
+        # Called in the main thread by a handler in front that chains to ours, for a
+        # SIGTERM: one whose byte the relay left to that handler (paired with it), else
+        # one whose byte the relay has yet to read, which is served now. Not counted, the
+        # relay read that byte after ours had started a run for it (the program's handler
+        # making a final checkpointed call) and sent it again: the run was stopped before
+        # its body started, exit 143 (review 134's component test, 1 to 4 runs in 12).
+        # Counted whatever the byte (802f5fb), a chain for a byte the relay had read
+        # made the relay take the next SIGTERM for served: one the kernel gave another
+        # thread while the main thread waited in C hung the process (review 147).
+        try:
+            _unpaired.pop()
+        except IndexError:
+            _taken_at = time.monotonic()
     if _takes != takes and (delivered or frame is caller) and _term_at is None and not _runs:
         # A second SIGTERM, run at a check point of this one's first steps, took the
         # pending put-back and put the program's handler in front: this one goes there
@@ -1721,6 +1735,7 @@ def _after_fork_in_child() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _relay_fds, _relay_echoes, _relay_holds = None, 0, False
+    _unpaired.clear()
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         # A pool's worker forked during a run: the default action (see the README). With
