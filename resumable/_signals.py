@@ -301,10 +301,10 @@ _relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, 
 _relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
 _relay_holds = False  # the wakeup fd is ours (set by _start_relay, not handed back)
 _taken_at = -1.0  # when ours last took a SIGTERM delivered to it (monotonic)
-# SIGTERMs whose byte the relay left to a handler of the program's (in front, or behind
-# ours with no run to serve): ours called by that handler's chain for one of them serves
-# that one, not a later one (one token each; list.append and pop are atomic)
-_unpaired: list[None] = []
+# SIGTERMs whose byte the relay left to a handler of the program's in front (that
+# handler, one entry each; list.append and pop are atomic): ours called by its chain for
+# one of them serves that one, not a later one
+_unpaired: list[Any] = []
 
 
 def _start_relay() -> None:
@@ -383,7 +383,8 @@ def _relay_one(began: float) -> None:
         return  # served already, or not ours to serve
     if not _runs:
         if not _is_default(_previous):
-            _unpaired.append(None)
+            if (front := signal.getsignal(signal.SIGTERM)) is not _handler:
+                _unpaired.append(front)  # (it may chain to ours for this one)
             return  # a handler of the program's: the main thread runs it, as without us
         # The default action, as without us: the kernel takes it whichever thread
         # it hands the signal to, and ours runs only in the main thread, which may
@@ -393,11 +394,11 @@ def _relay_one(began: float) -> None:
         # (awake as the signal lands, while the main thread may be in a long C
         # call: before a pool's manager joins the workers it killed, and forgets them)
         _note_workers()
-    if signal.getsignal(signal.SIGTERM) is not _handler:
+    if (front := signal.getsignal(signal.SIGTERM)) is not _handler:
         # Replaced during the run (a framework the body set up): whether the main
         # thread already ran that handler is unknown; a relayed SIGTERM would call
         # it a second time for one signal.
-        _unpaired.append(None)
+        _unpaired.append(front)
         return
     _kick_main(main)
 
@@ -690,7 +691,9 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     delivered = frame is caller and signal.getsignal(signum) is _handler
     if delivered:
         _taken_at = time.monotonic()
-    elif frame is not None and threading.get_ident() == threading.main_thread().ident:
+        _unpaired.clear()  # (ours in front: the handlers those bytes were left to are not)
+    elif (frame is not None and not _calling and not _in_front
+          and threading.get_ident() == threading.main_thread().ident):
         # Called in the main thread by a handler in front that chains to ours, for a
         # SIGTERM: one whose byte the relay left to that handler (paired with it), else
         # one whose byte the relay has yet to read, which is served now. Not counted, the
@@ -699,11 +702,19 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # its body started, exit 143 (review 134's component test, 1 to 4 runs in 12).
         # Counted whatever the byte (802f5fb), a chain for a byte the relay had read
         # made the relay take the next SIGTERM for served: one the kernel gave another
-        # thread while the main thread waited in C hung the process (review 147).
-        try:
-            _unpaired.pop()
-        except IndexError:
-            _taken_at = time.monotonic()
+        # thread while the main thread waited in C hung the process (review 147). Not
+        # counted either when ours is up the stack calling the handler that chains back
+        # (review 148: ours delivered, a component chaining to ours, with ours installed
+        # in front of it again): that SIGTERM is the one ours took.
+        front = signal.getsignal(signum)
+        while True:
+            try:
+                left_to = _unpaired.pop(0)
+            except IndexError:
+                _taken_at = time.monotonic()
+                break
+            if left_to is front:
+                break  # (one left to another handler, in front then, is stale: review 148)
     if _takes != takes and (delivered or frame is caller) and _term_at is None and not _runs:
         # A second SIGTERM, run at a check point of this one's first steps, took the
         # pending put-back and put the program's handler in front: this one goes there
