@@ -301,10 +301,9 @@ _relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, 
 _relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
 _relay_holds = False  # the wakeup fd is ours (set by _start_relay, not handed back)
 _taken_at = -1.0  # when ours last took a SIGTERM delivered to it (monotonic)
-# SIGTERMs whose byte the relay left to a handler of the program's in front (that
-# handler, one entry each; list.append and pop are atomic): ours called by its chain for
-# one of them serves that one, not a later one
-_unpaired: list[Any] = []
+# While ours, called by a handler in front that chains to it, calls the program's handler
+# for that SIGTERM: when that began (monotonic), else None
+_chained_since: float | None = None
 
 
 def _start_relay() -> None:
@@ -375,6 +374,17 @@ def _relay_one(began: float) -> None:
         # Ours ran in the main thread since: this SIGTERM is served (review 133: read late,
         # with a run begun meanwhile, it was relayed and stopped that run)
         return
+    since = _chained_since
+    if since is not None and since >= began:
+        # A handler in front chained to ours since this read began, and ours is calling
+        # the program's handler for that SIGTERM now: this byte is that one's. Relayed, it
+        # stopped the final checkpointed call that handler makes (review 134's component
+        # test: exit 143, 1 to 4 runs in 12). Only while that call lasts: counted as taken
+        # for good (802f5fb and two fixes of it), a chained call for a byte read before
+        # made the relay drop the next SIGTERM, and a run waiting in C hung (reviews
+        # 147-149: the DelayedKeyboardInterrupt recipe, a handler re-armed as a bound
+        # method, one chaining twice).
+        return
     # The main thread may be past its script, joining the runs' threads at exit
     # (is_alive() is False then): its OS thread lives until the process ends,
     # and the handler has a branch for that join.
@@ -383,8 +393,6 @@ def _relay_one(began: float) -> None:
         return  # served already, or not ours to serve
     if not _runs:
         if not _is_default(_previous):
-            if (front := signal.getsignal(signal.SIGTERM)) is not _handler:
-                _unpaired.append(front)  # (it may chain to ours for this one)
             return  # a handler of the program's: the main thread runs it, as without us
         # The default action, as without us: the kernel takes it whichever thread
         # it hands the signal to, and ours runs only in the main thread, which may
@@ -394,11 +402,10 @@ def _relay_one(began: float) -> None:
         # (awake as the signal lands, while the main thread may be in a long C
         # call: before a pool's manager joins the workers it killed, and forgets them)
         _note_workers()
-    if (front := signal.getsignal(signal.SIGTERM)) is not _handler:
+    if signal.getsignal(signal.SIGTERM) is not _handler:
         # Replaced during the run (a framework the body set up): whether the main
         # thread already ran that handler is unknown; a relayed SIGTERM would call
         # it a second time for one signal.
-        _unpaired.append(front)
         return
     _kick_main(main)
 
@@ -691,30 +698,6 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     delivered = frame is caller and signal.getsignal(signum) is _handler
     if delivered:
         _taken_at = time.monotonic()
-        _unpaired.clear()  # (ours in front: the handlers those bytes were left to are not)
-    elif (frame is not None and not _calling and not _in_front
-          and threading.get_ident() == threading.main_thread().ident):
-        # Called in the main thread by a handler in front that chains to ours, for a
-        # SIGTERM: one whose byte the relay left to that handler (paired with it), else
-        # one whose byte the relay has yet to read, which is served now. Not counted, the
-        # relay read that byte after ours had started a run for it (the program's handler
-        # making a final checkpointed call) and sent it again: the run was stopped before
-        # its body started, exit 143 (review 134's component test, 1 to 4 runs in 12).
-        # Counted whatever the byte (802f5fb), a chain for a byte the relay had read
-        # made the relay take the next SIGTERM for served: one the kernel gave another
-        # thread while the main thread waited in C hung the process (review 147). Not
-        # counted either when ours is up the stack calling the handler that chains back
-        # (review 148: ours delivered, a component chaining to ours, with ours installed
-        # in front of it again): that SIGTERM is the one ours took.
-        front = signal.getsignal(signum)
-        while True:
-            try:
-                left_to = _unpaired.pop(0)
-            except IndexError:
-                _taken_at = time.monotonic()
-                break
-            if left_to is front:
-                break  # (one left to another handler, in front then, is stale: review 148)
     if _takes != takes and (delivered or frame is caller) and _term_at is None and not _runs:
         # A second SIGTERM, run at a check point of this one's first steps, took the
         # pending put-back and put the program's handler in front: this one goes there
@@ -727,7 +710,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # Called: by a handler that chains to ours (``old(signum, frame)``), or by a program
         # holding ours. With no run to serve, as without us (reviews 122-125; in a forked
         # child too, review 127).
-        _called_back(signum, frame)
+        _chained_call(signum, frame)
         return
     if os.getpid() != _owner:  # a child forked without our at-fork reset
         _default_action(signum)
@@ -1037,6 +1020,21 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
 # chain going on past ours: it goes to what was there before ours was first installed.
 _calling: list[tuple[Any, FrameType]] = []  # the program's handlers ours calls now, and
 # the frames calling them
+
+
+def _chained_call(signum: int, frame: FrameType | None) -> None:
+    """``_called_back`` for a handler in front chaining to ours in the main thread, with
+    ``_chained_since`` set while it lasts (see _relay_one)."""
+    global _chained_since
+    outer = (_chained_since is None and frame is not None
+             and threading.get_ident() == threading.main_thread().ident)
+    if outer:
+        _chained_since = time.monotonic()
+    try:
+        _called_back(signum, frame)
+    finally:
+        if outer:
+            _chained_since = None
 
 
 def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> None:
@@ -1726,7 +1724,7 @@ def _ended(proc: Any) -> bool:
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
-    global _relay_fds, _relay_echoes, _relay_holds, _unwinding
+    global _relay_fds, _relay_echoes, _relay_holds, _unwinding, _chained_since
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
     global _ctrl_c_after, _left_unacted, _redeliver, _error_kept, _acting, _sent_again
     global _main_stopped, _signalled_workers, _put_back, _forks
@@ -1746,7 +1744,7 @@ def _after_fork_in_child() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _relay_fds, _relay_echoes, _relay_holds = None, 0, False
-    _unpaired.clear()
+    _chained_since = None
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         # A pool's worker forked during a run: the default action (see the README). With

@@ -7,6 +7,9 @@ the run's state saved). Review 148 (of that fix): so did ours called through a
 component's chain while ours, delivered, was up the stack calling that component ("twice";
 4 of 4 before); and a byte left to a handler in front that never chained made a later
 chain look paired (review 134's exit 143 again, 7 of 20 runs; no deterministic test).
+Review 149 (of that fix): the DelayedKeyboardInterrupt recipe, a handler that puts back
+what it replaced before chaining, and one chaining twice, lost the next SIGTERM the same
+way. Since: a chained call counts only while it lasts (``_chained_since``), never after.
 """
 
 from __future__ import annotations
@@ -52,8 +55,43 @@ elif KIND == "twice":  # ours in front again, before a component that chains to 
     old = signal.signal(signal.SIGTERM, component)
     resumable.install_signal_handlers()
     os.kill(os.getpid(), signal.SIGTERM)  # no run: ours, component, ours again, h
-else:
+elif KIND == "manual":
     signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the program calls ours
+else:
+    def read():  # the relay has read the byte (as it does at once in a section)
+        while unread():
+            time.sleep(0.001)
+        time.sleep(0.05)
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: print("h", flush=True))
+    resumable.install_signal_handlers()
+    if KIND == "recipe":  # the DelayedKeyboardInterrupt recipe, for SIGTERM
+        class Delayed:
+            def __enter__(self):
+                self.received = None
+                self.old = signal.signal(signal.SIGTERM, self.handler)
+
+            def handler(self, sig, frame):
+                self.received = (sig, frame)
+
+            def __exit__(self, *exc):
+                signal.signal(signal.SIGTERM, self.old)
+                if self.received:
+                    self.old(*self.received)
+
+        with Delayed():
+            os.kill(os.getpid(), signal.SIGTERM)
+            read()  # (the section's work)
+    else:
+        def x(signum, frame):  # puts back what it replaced, or chains to it twice
+            read()
+            if KIND == "restore":
+                signal.signal(signal.SIGTERM, old)
+            old(signum, frame)
+            if KIND == "chain twice":
+                old(signum, frame)
+        old = signal.signal(signal.SIGTERM, x)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 main = threading.main_thread()
 waiting = threading.Event()
@@ -82,7 +120,8 @@ f()
 """
 
 
-@pytest.mark.parametrize("kind", ["chain", "manual", "twice"])
+@pytest.mark.parametrize("kind", ["chain", "manual", "twice", "recipe", "restore",
+                                  "chain twice"])
 def test_a_sigterm_after_a_call_of_ours_that_served_none_reaches_the_run(
         tmp_path: Path, kind: str) -> None:
     proc = spawn(tmp_path, _PROGRAM, kind, str(tmp_path / "s"))
