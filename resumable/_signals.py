@@ -301,9 +301,6 @@ _relay_fds: tuple[int, int] | None = None  # (read, write) of the relay's pipe, 
 _relay_echoes = 0  # SIGTERMs the relay sent itself: their bytes come back, not relayed
 _relay_holds = False  # the wakeup fd is ours (set by _start_relay, not handed back)
 _taken_at = -1.0  # when ours last took a SIGTERM delivered to it (monotonic)
-# While ours, called by a handler in front that chains to it, calls the program's handler
-# for that SIGTERM: when that began (monotonic), else None
-_chained_since: float | None = None
 
 
 def _start_relay() -> None:
@@ -373,17 +370,6 @@ def _relay_one(began: float) -> None:
     if _taken_at >= began:
         # Ours ran in the main thread since: this SIGTERM is served (review 133: read late,
         # with a run begun meanwhile, it was relayed and stopped that run)
-        return
-    since = _chained_since
-    if since is not None and since >= began:
-        # A handler in front chained to ours since this read began, and ours is calling
-        # the program's handler for that SIGTERM now: this byte is that one's. Relayed, it
-        # stopped the final checkpointed call that handler makes (review 134's component
-        # test: exit 143, 1 to 4 runs in 12). Only while that call lasts: counted as taken
-        # for good (802f5fb and two fixes of it), a chained call for a byte read before
-        # made the relay drop the next SIGTERM, and a run waiting in C hung (reviews
-        # 147-149: the DelayedKeyboardInterrupt recipe, a handler re-armed as a bound
-        # method, one chaining twice).
         return
     # The main thread may be past its script, joining the runs' threads at exit
     # (is_alive() is False then): its OS thread lives until the process ends,
@@ -710,7 +696,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # Called: by a handler that chains to ours (``old(signum, frame)``), or by a program
         # holding ours. With no run to serve, as without us (reviews 122-125; in a forked
         # child too, review 127).
-        _chained_call(signum, frame)
+        _called_back(signum, frame)
         return
     if os.getpid() != _owner:  # a child forked without our at-fork reset
         _default_action(signum)
@@ -1020,21 +1006,6 @@ def _call_previous(previous: Any, signum: int, frame: FrameType | None) -> None:
 # chain going on past ours: it goes to what was there before ours was first installed.
 _calling: list[tuple[Any, FrameType]] = []  # the program's handlers ours calls now, and
 # the frames calling them
-
-
-def _chained_call(signum: int, frame: FrameType | None) -> None:
-    """``_called_back`` for a handler in front chaining to ours in the main thread, with
-    ``_chained_since`` set while it lasts (see _relay_one)."""
-    global _chained_since
-    outer = (_chained_since is None and frame is not None
-             and threading.get_ident() == threading.main_thread().ident)
-    if outer:
-        _chained_since = time.monotonic()
-    try:
-        _called_back(signum, frame)
-    finally:
-        if outer:
-            _chained_since = None
 
 
 def _called_back(signum: int, frame: FrameType | None, loop: bool = False) -> None:
@@ -1724,7 +1695,7 @@ def _ended(proc: Any) -> bool:
 
 def _after_fork_in_child() -> None:
     global _installed, _pinned, _term_at, _chained, _lock, _exit_143, _interrupt_main
-    global _relay_fds, _relay_echoes, _relay_holds, _unwinding, _chained_since
+    global _relay_fds, _relay_echoes, _relay_holds, _unwinding
     global _shielded, _sigint_held, _sigint_calls, _sigint_lock, _lent, _held_error
     global _ctrl_c_after, _left_unacted, _redeliver, _error_kept, _acting, _sent_again
     global _main_stopped, _signalled_workers, _put_back, _forks
@@ -1744,7 +1715,6 @@ def _after_fork_in_child() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _relay_fds, _relay_echoes, _relay_holds = None, 0, False
-    _chained_since = None
     _lock = threading.Condition(threading.Lock())  # another thread may have held it
     if _installed and signal.getsignal(signal.SIGTERM) is _handler:
         # A pool's worker forked during a run: the default action (see the README). With
