@@ -9,7 +9,8 @@ component's chain while ours, delivered, was up the stack calling that component
 chain look paired (review 134's exit 143 again, 7 of 20 runs; no deterministic test).
 Review 149 (of that fix): the DelayedKeyboardInterrupt recipe, a handler that puts back
 what it replaced before chaining, and one chaining twice, lost the next SIGTERM the same
-way. Since: a chained call counts only while it lasts (``_chained_since``), never after.
+way; so did a85dc1c's narrower rule (review 150). _signals.py is 8a7400b's again, which
+passes every case here: they stay as guards against counting a chained call as taken.
 """
 
 from __future__ import annotations
