@@ -49,10 +49,11 @@ class CallIdentity:
     ignored: dict[str, str] = field(default_factory=dict)  # ignored argument -> hash
     ignored_shown: dict[str, str] = field(default_factory=dict)
     code: str = ""  # hash of the decorated function's code
-    # a closure variable of the decorated function holding a value that cannot change (a
-    # number, a string, a tuple of such) -> its hash; and a short display of it. Not part
-    # of the run id (a closure also holds a factory's lists, loggers, counters, which
-    # change from call to call): a run made with other values is warned about.
+    # each closure variable of the decorated function -> the hash of its value where that
+    # cannot change (a number, a string, a tuple of such), else ""; and its type shown
+    # (never its value). Not part of the run id (a closure also holds a factory's lists,
+    # loggers, counters, which change from call to call): a run made with other values
+    # is warned about (_warn_if_changed).
     closure: dict[str, str] = field(default_factory=dict)
     closure_shown: dict[str, str] = field(default_factory=dict)
     # identifying argument -> its value: to hash it as older versions of the encoding did
