@@ -780,13 +780,28 @@ class _Execution:
 
     def _restart_point(self, resumed: Checkpoint | None) -> tuple[Any, int]:
         """Where an in-process restart begins: the last snapshot, else the store, else the start."""
-        if self.last_snap is not None:
-            state, rng = self.run.restore_snapshot(self.last_snap)
-            self._restore_rng(rng)
-            return state, self.last_snap.step
+        snap = self.last_snap
+        if snap is not None:
+            try:
+                state, rng = self.run.restore_snapshot(snap)
+            except Exception as err:
+                if snap.failed is None:  # (its frames are here: unpickling them failed)
+                    raise
+                # Its frames never came: a forked child that did not finish, a spill file
+                # that could not be read back (review 151: the restart died of that error).
+                # The store holds what was saved before it.
+                log.warning("run %s: the snapshot of step %d was lost (%s: %s); the restart "
+                            "begins from the newest checkpoint in the store instead",
+                            self.run.where(), snap.step, type(err).__name__, err)
+                self.last_snap = None
+                snap.release()  # (the loop's hold; its frames never came, nothing to give back)
+            else:
+                self._restore_rng(rng)
+                return state, snap.step
         # The body may have changed the loaded state in place; a state saved in place, or
         # a due state whose snapshot was let go of once durable, is kept only in the store.
-        if resumed is not None or self.submitted_step >= 0 or self.in_place_saved:
+        if resumed is not None or self.submitted_step >= 0 or self.in_place_saved or \
+                snap is not None:
             again = self.run.load_latest()
             if again is not None:
                 self._restore_rng(again.rng)

@@ -26,7 +26,14 @@ _installed = False
 
 def install() -> None:
     global _installed
-    if _installed or not _settings.EXIT_CODES.read():
+    try:
+        wanted = _settings.EXIT_CODES.read()
+    except ResumableError:
+        # A bad value fails each decorated call and each CLI command with an error that
+        # names it (``_settings.check_all``), not the import (review 151: every program
+        # that imported resumable died of it, with a traceback). Until then: the default.
+        wanted = True
+    if _installed or not wanted:
         return
     _installed = True
     previous = sys.excepthook

@@ -186,13 +186,16 @@ class Forked:
             return
         while True:
             left = deadline - time.monotonic()
+            # Looked at before the deadline is: a save that waited behind a slow upload
+            # reaches a child that pickled long ago, its bytes in the pipe (review 151:
+            # such a child was ended as stuck, and the call's final state not saved).
+            ready, _, _ = select.select([fd], [], [], min(max(left, 0.0), 1.0))
+            if ready:
+                return
             if left <= 0:
                 self.cancel()
                 raise Stuck(f"{self.what}: the child process pickling it sent nothing in "
                             f"{deadline - self.started:.0f} s")
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
-            if ready:
-                return
 
     def collect(self, take: Callable[[int], Any] | None,
                 deadline: float | None = None) -> list[Any]:
