@@ -17,12 +17,19 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import quote
 
 from . import __version__, _format, _settings
 from ._decorator import _signing_key as _parse_signing_key
-from ._errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_TAMPERED, ResumableError
+from ._errors import (
+    EXIT_CONFIG,
+    EXIT_CORRUPT,
+    EXIT_STORE,
+    EXIT_TAMPERED,
+    ResumableError,
+    StoreError,
+)
 from ._run import CALL, EPOCH, RESULT, object_kind, parse_ckpt_name
 from ._run import command as command_line
 from ._runid import validate_run_id
@@ -108,6 +115,44 @@ def _read_head(store: Store, key: str) -> tuple[bytes | bytearray | memoryview, 
 
 
 FOREIGN = "a name resumable never writes: not read"
+
+
+@dataclass
+class ReadError:
+    """An object of a run that `ls` could not read: the store failed for good on it (a
+    ``StoreError`` after its retries). One such run is marked unreadable; the others are
+    still listed (review 151: one persistent 500 of 1,000 runs failed the whole `ls`)."""
+
+    key: str  # the object, as the store names it (``<run_id>/<name>``)
+    reason: str  # why, in short (the StoreError without its store URL and hint)
+    exit_code: int  # the StoreError's own: 74, or 78 for a permanent refusal
+
+    @classmethod
+    def of(cls, err: StoreError, key: str) -> ReadError:
+        text = " ".join(str(err).split())
+        _, failed, tail = text.partition(" failed")
+        if failed:  # "get <url> key '<key>' failed after 4 attempts in 60.0s: S3 ..."
+            text = "failed" + tail
+        # The detail up to the S3 error code and status: not the botocore text and the hint
+        short = ": ".join(text.split("; ", 1)[0].split(": ")[:2])
+        if len(short) > 160:
+            short = short[:157] + "..."
+        return cls(err.key or key, short, err.exit_code)
+
+    def __str__(self) -> str:
+        return f"{self.key} could not be read ({self.reason})"
+
+
+_T = TypeVar("_T")
+
+
+def _or_read_error(read: Callable[[], _T], key: str) -> _T | ReadError:
+    """``read()``, or a ReadError for the StoreError it raised (named ``key`` when the
+    error names none)."""
+    try:
+        return read()
+    except StoreError as err:
+        return ReadError.of(err, key)
 
 
 def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
@@ -524,19 +569,33 @@ def cmd_ls(args: argparse.Namespace) -> int:
     newest = {run_id: max(names, default=None) for run_id, names in ckpts.items()}
     read_headers = args.check or listed is None
     headers: dict[str, ObjectInfo] = {}
+    # Runs whose newest checkpoint or result the store failed to give (a StoreError):
+    # their rows say "unreadable", the others are listed, and the command exits 74.
+    unread: dict[str, dict[str, ReadError]] = {}
     if read_headers:
         todo = [(r, n) for r, n in sorted(newest.items()) if n is not None]
+
+        def header(item: tuple[str, str]) -> ObjectInfo | ReadError:
+            run_id, name = item
+            return _or_read_error(lambda: _inspect(store, run_id, name, None, full=False),
+                                  f"{run_id}/{name}")
+
         with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
-            for (run_id, _), info in zip(todo, pool.map(
-                    lambda item: _inspect(store, item[0], item[1], None, full=False), todo),
-                    strict=True):
-                headers[run_id] = info
+            for (run_id, _), info in zip(todo, pool.map(header, todo), strict=True):
+                if isinstance(info, ReadError):  # (the run is listed all the same)
+                    unread.setdefault(run_id, {})["newest"] = info
+                else:
+                    headers[run_id] = info
     with_result = [r for r, names in sorted(runs.items()) if RESULT in names]
     completed: dict[str, ObjectInfo | None] = {}
     with ThreadPoolExecutor(max_workers=LS_WORKERS, thread_name_prefix="resumable-ls") as pool:
         for run_id, done in zip(with_result, pool.map(
-                lambda r: _completed(store, r, runs[r]), with_result), strict=True):
-            completed[run_id] = done
+                lambda r: _or_read_error(lambda: _completed(store, r, runs[r]), f"{r}/{RESULT}"),
+                with_result), strict=True):
+            if isinstance(done, ReadError):
+                unread.setdefault(run_id, {})["result"] = done
+            else:
+                completed[run_id] = done
     rows: list[dict[str, Any]] = []
     for run_id, names in sorted(runs.items()):
         ckpt = newest[run_id]
@@ -555,19 +614,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "newest_bytes": None,
             "newest_problem": None,
             "newest_newer": False,  # (its problem: a newer resumable wrote it)
-            "header_checked": read_headers and ckpt is not None,
+            "header_checked": read_headers and ckpt is not None and run_id in headers,
+            # Why an object of the run could not be read (null: all read): neither
+            # damaged nor complete, just not known; the command exits 74.
+            "read_error": "; ".join(map(str, unread[run_id].values()))
+                          if run_id in unread else None,
         }
-        if ckpt is not None and read_headers:
+        if ckpt is not None and read_headers and run_id in headers:
             info = headers[run_id]
             row.update(newest_created=info.created, newest_bytes=info.bytes,
                        newest_problem=None if info.gone else info.problem,
                        newest_newer=info.newer and not info.gone)
-        elif ckpt is not None:
+        elif ckpt is not None and f"{run_id}/{ckpt}" in about:
+            # (also a header that could not be read: the listing's time and size)
             item = about[f"{run_id}/{ckpt}"]
             row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
         rows.append(row)
     if args.json:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
+        _fail_unread(store, unread, len(rows), "their read_error says why")
         return 0
     if not rows:
         print(f"no runs in {store.url}{_memory_note(store.url)}", file=sys.stderr)
@@ -576,10 +641,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
         [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else r["newest_step"],
           r["attempts"],
-          ("newer" if r["result_newer"] else "damaged") if r["result_problem"]
+          "unreadable" if "result" in unread.get(r["run_id"], {})
+          else ("newer" if r["result_newer"] else "damaged") if r["result_problem"]
           else "yes" if r["complete"] else "no",
-          _age(r["newest_created"]) + ((" (newer)" if r["newest_newer"] else " (damaged)")
-                                       if r["newest_problem"] else ""),
+          _age(r["newest_created"]) + (
+              " (unreadable)" if "newest" in unread.get(r["run_id"], {})
+              else (" (newer)" if r["newest_newer"] else " (damaged)")
+              if r["newest_problem"] else ""),
           "-" if r["newest_bytes"] is None else _size(r["newest_bytes"])] for r in rows],
     ))
     note = ("" if args.check or listed is None
@@ -600,7 +668,43 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"COMPLETE damaged: the result of {', '.join(map(repr, damaged[:3]))}"
               f"{' and more' if len(damaged) > 3 else ''} is stored but fails its header "
               f"check; {command_line('verify', store.url, 'RUN_ID')} tells more")
+    _print_unread(unread)
+    _fail_unread(store, unread, len(rows), "why is under the table")
     return 0
+
+
+UNREAD_SHOWN = 10  # runs whose read error `ls` prints under its table (then a count)
+
+
+def _print_unread(unread: dict[str, dict[str, ReadError]]) -> None:
+    """Under the table: which object of each unreadable run failed, and why."""
+    lines = [f"{'AGE' if what == 'newest' else 'COMPLETE'} unreadable: {run_id!r}: its "
+             f"{'newest checkpoint' if what == 'newest' else 'result'} {err}"
+             for run_id, errors in sorted(unread.items()) for what, err in errors.items()]
+    for line in lines[:UNREAD_SHOWN]:
+        print(line)
+    if len(lines) > UNREAD_SHOWN:
+        print(f"... and {len(lines) - UNREAD_SHOWN} more object(s) that could not be read")
+
+
+def _fail_unread(store: Store, unread: dict[str, dict[str, ReadError]], runs: int,
+                 why: str) -> None:
+    """A CliError (the StoreError's exit code, 74) after a listing with unreadable runs,
+    so that a script sees the listing is not whole."""
+    if not unread:
+        return
+    codes = {err.exit_code for errors in unread.values() for err in errors.values()}
+    code = codes.pop() if len(codes) == 1 else EXIT_STORE
+    if isinstance(store, LocalStore):
+        hint = "check the store's folder and disk"
+    else:
+        hint = (f"check the store's server and network (each read was retried for "
+                f"{_settings.RETRY_DEADLINE.read():g}s: raise {_settings.RETRY_DEADLINE.name} "
+                "to retry longer)")
+    raise CliError(
+        f"{len(unread)} of {runs} run(s) in {store.url} could not be read (the store failed "
+        f"for good on an object of each, e.g. {min(unread)!r}: marked unreadable, {why}); "
+        f"the other runs are listed: {hint}, then run the command again", code)
 
 
 def _verified_text(info: ObjectInfo) -> str:
@@ -1173,6 +1277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         swapped = _swapped(args, store_given)
         if swapped:
             message = f"{swapped} ({message})"
+        elif (not store_given and os.environ.get(_settings.STORE.name)
+              and args.store in message and f"${_settings.STORE.name}" not in message):
+            # (review 151: the error named the URL, not where it came from)
+            message += (f" (STORE was not given, so ${_settings.STORE.name} was used: fix "
+                        "or unset it, or give STORE)")
     except KeyboardInterrupt:
         message, exit_code = "interrupted", 130
     except BrokenPipeError:  # `resumable ls | head`: the reader left; not an error
