@@ -165,3 +165,26 @@ def test_a_bad_exit_codes_value_does_not_break_the_import(tmp_path: Path) -> Non
         """)], env=env, capture_output=True, text=True, timeout=120)
     assert call.returncode == 78, call.stderr[-2000:]
     assert "RESUMABLE_EXIT_CODES" in call.stderr and "maybe" in call.stderr, call.stderr
+
+
+@pytest.mark.parametrize("value", ["ftp://x/y", "s3://", "s3://Bad_Bucket!/x"])
+def test_a_bad_store_url_from_the_environment_names_the_variable(tmp_path: Path,
+                                                                  value: str) -> None:
+    """Before: the error named the URL but not $RESUMABLE_STORE, where it came from."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_STORE=value)
+    call = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        from resumable import checkpointed
+        @checkpointed()
+        def f(*, state=None):
+            yield 1
+            return 1
+        f()
+        """)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert call.returncode == 78, call.stderr[-2000:]
+    last = call.stderr.strip().splitlines()[-1]
+    assert value in last and "$RESUMABLE_STORE" in last, last
+    cli = subprocess.run([sys.executable, "-m", "resumable", "ls"], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert cli.returncode == 78, cli.stderr
+    lines = cli.stderr.strip().splitlines()
+    assert len(lines) == 1 and value in lines[0] and "$RESUMABLE_STORE" in lines[0], lines

@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from .. import _settings
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, ResumableError
 from ._base import Payload, Store, SupportsHead, head_of, join_payload, payload_size
 
 
@@ -148,6 +148,14 @@ def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
         raise ConfigurationError(
             f"store must be a URL, a path or a store object, not {type(url).__name__}"
         )
+    if url is None and os.environ.get(_settings.STORE.name):
+        try:
+            return open_store(default_store_url())
+        except ResumableError as err:
+            # (review 151: the error named the URL, not where it came from)
+            err.args = (f"{err} (the store URL is ${_settings.STORE.name}'s: fix or unset "
+                        "it, or pass store=)", *err.args[1:])
+            raise
     canonical = normalize_url(default_store_url() if url is None else url)
     scheme = canonical.split("://", 1)[0]
     factory = _registry[scheme]
