@@ -21,7 +21,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import _forked, _identity, _rng, _settings, _signals, _spill
 from ._audit import AuditReport, audit
-from ._errors import ConfigurationError, FencedError, ResumableError
+from ._errors import ConfigurationError, FencedError, ResumableError, StoreError
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
 from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot, parse_ckpt_name
@@ -784,12 +784,13 @@ class _Execution:
         if snap is not None:
             try:
                 state, rng = self.run.restore_snapshot(snap)
-            except Exception as err:
+            except (_forked.Stuck, _forked.Superseded, StoreError) as err:
                 if snap.failed is None:  # (its frames are here: unpickling them failed)
                     raise
                 # Its frames never came: a forked child that did not finish, a spill file
                 # that could not be read back (review 151: the restart died of that error).
-                # The store holds what was saved before it.
+                # The store holds what was saved before it. (A state that cannot be
+                # pickled is not lost: its SerializationError ends the call, review 154.)
                 log.warning("run %s: the snapshot of step %d was lost (%s: %s); the restart "
                             "begins from the newest checkpoint in the store instead",
                             self.run.where(), snap.step, type(err).__name__, err)
@@ -982,6 +983,7 @@ class _Execution:
             start_step = step
             last_state = state
             failures = 0
+            failed_gen = 0  # the generation that last failed (its count ends once it completes)
             progress = self.progress = self._progress(step)
             gen = self._body(state)
             while True:
@@ -1033,6 +1035,7 @@ class _Execution:
                             and not isinstance(err, ResumableError)
                             and failures < self.opts.restarts):
                         failures += 1
+                        failed_gen = max(failed_gen, step + 1)
                         gen.close()
                         _signals.forget_within(self)  # (an iterator a cycle keeps open)
                         # (a Ctrl-C held ends the pause: the new body gets it at once)
@@ -1075,7 +1078,13 @@ class _Execution:
                             ", ".join(ended))
                         raise _signals.terminated()
                 step += 1
-                failures = 0
+                if step >= failed_gen:
+                    # The generation that failed completed: the count starts again. Not
+                    # at a generation a restart runs again on the way back to it (with
+                    # every=n it restarts from the last due step; review 154: each replayed
+                    # yield reset the count, and a failure that always comes back was
+                    # restarted for ever).
+                    failures = 0
                 last_state = self.held = yielded
                 self.step = step
                 self.stopping = self.terminate  # reached its yield after a SIGTERM

@@ -29,9 +29,10 @@ def install() -> None:
     try:
         wanted = _settings.EXIT_CODES.read()
     except ResumableError:
-        # A bad value fails each decorated call and each CLI command with an error that
-        # names it (``_settings.check_all``), not the import (review 151: every program
-        # that imported resumable died of it, with a traceback). Until then: the default.
+        # A bad value fails each decorated call with an error that names it
+        # (``_settings.check_all``; the CLI reads only the variables it uses), not the
+        # import (review 151: every program that imported resumable died of it, with a
+        # traceback). Until then: the default.
         wanted = True
     if _installed or not wanted:
         return

@@ -27,6 +27,7 @@ from ._errors import (
     EXIT_CORRUPT,
     EXIT_STORE,
     EXIT_TAMPERED,
+    ConfigurationError,
     ResumableError,
     StoreError,
 )
@@ -628,7 +629,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
         elif ckpt is not None and f"{run_id}/{ckpt}" in about:
             # (also a header that could not be read: the listing's time and size)
             item = about[f"{run_id}/{ckpt}"]
-            row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
+            if item.modified:  # (0: the listing could not tell either; review 154 showed
+                # an object it could not stat as 1970's, of 0 bytes)
+                row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
         rows.append(row)
     if args.json:
         print(json.dumps({"store": store.url, "runs": rows}, indent=2))
@@ -704,7 +707,8 @@ def _fail_unread(store: Store, unread: dict[str, dict[str, ReadError]], runs: in
     raise CliError(
         f"{len(unread)} of {runs} run(s) in {store.url} could not be read (the store failed "
         f"for good on an object of each, e.g. {min(unread)!r}: marked unreadable, {why}); "
-        f"the other runs are listed: {hint}, then run the command again", code)
+        f"{'the other runs are listed' if len(unread) < runs else 'no run could be read'}: "
+        f"{hint}, then run the command again", code)
 
 
 def _verified_text(info: ObjectInfo) -> str:
@@ -1278,7 +1282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if swapped:
             message = f"{swapped} ({message})"
         elif (not store_given and os.environ.get(_settings.STORE.name)
-              and args.store in message and f"${_settings.STORE.name}" not in message):
+              and isinstance(err, ConfigurationError) and message.startswith("store URL ")
+              and f"${_settings.STORE.name}" not in message):  # (a bad URL: review 154)
             # (review 151: the error named the URL, not where it came from)
             message += (f" (STORE was not given, so ${_settings.STORE.name} was used: fix "
                         "or unset it, or give STORE)")

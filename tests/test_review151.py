@@ -188,3 +188,215 @@ def test_a_bad_store_url_from_the_environment_names_the_variable(tmp_path: Path,
     assert cli.returncode == 78, cli.stderr
     lines = cli.stderr.strip().splitlines()
     assert len(lines) == 1 and value in lines[0] and "$RESUMABLE_STORE" in lines[0], lines
+
+
+# Review 154: attacks on review 151's fixes.
+
+_UNPICKLABLE_THEN_RAISE = """
+import threading
+from resumable import checkpointed
+
+raised = []
+
+class Stop(Exception):
+    pass
+
+@checkpointed(store={store!r}, run_id="r", every="generation", restarts=1,
+              restart_on=ValueError, capture_rng=False)
+def body(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 6:
+        state["gen"] += 1
+        if state["gen"] == 3:
+            state["lock"] = threading.Lock()  # a bug: the state cannot be pickled
+        yield state
+        if "lock" in state:  # and generation 4 fails on it, every time
+            raised.append(1)
+            if len(raised) > 5:
+                raise Stop("restarted for ever")
+            raise ValueError("generation 4 fails")
+    return state["gen"]
+
+try:
+    body()
+except BaseException as err:
+    print("ended with", type(err).__name__, "after", len(raised), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_state_a_forked_child_cannot_pickle_is_not_a_lost_snapshot(tmp_path: Path) -> None:
+    """Review 154: 742ef15 took a snapshot whose child failed to pickle for a lost one and
+    restarted from the store, for ever; the SerializationError was never raised."""
+    proc = _run(tmp_path, _UNPICKLABLE_THEN_RAISE.format(store=str(tmp_path / "s")),
+                RESUMABLE_SNAPSHOT_FORK="1")
+    assert "ended with SerializationError after 1" in proc.stdout, (proc.stdout,
+                                                                      proc.stderr[-3000:])
+
+
+def test_restarts_bound_a_failure_that_comes_back_after_replayed_generations(
+        tmp_path: Path) -> None:
+    """Review 154: with every=3 a restart goes back to step 3, the replayed generation 4
+    completed again and reset the count, so a deterministic failure of generation 5 was
+    attempted for ever under restarts=1."""
+    from resumable import checkpointed
+
+    attempts = []
+
+    class Stop(Exception):
+        pass
+
+    @checkpointed(store=str(tmp_path / "s"), every=3, run_id="r", restarts=1,
+                  restart_on=ValueError, capture_rng=False)
+    def body(*, state=None):
+        state = state or 0
+        while state < 8:
+            if state == 4:  # generation 5 fails, every time
+                attempts.append(1)
+                if len(attempts) > 5:
+                    raise Stop("restarted for ever")
+                raise ValueError("generation 5 fails")
+            state += 1
+            yield state
+        return state
+
+    with pytest.raises(ValueError, match="generation 5 fails"):
+        body()
+    assert len(attempts) == 2  # restarts + 1
+
+
+def test_a_transient_failure_after_a_completed_generation_gets_its_restarts_again(
+        tmp_path: Path) -> None:
+    """The count still starts again once a generation beyond the failed one completes."""
+    from resumable import checkpointed
+
+    fails = {3: 1, 6: 1}  # generations 3 and 6 fail once each
+
+    @checkpointed(store=str(tmp_path / "s"), every=2, run_id="r", restarts=1,
+                  restart_on=ValueError, capture_rng=False)
+    def body(*, state=None):
+        state = state or 0
+        while state < 8:
+            if fails.get(state + 1):
+                fails[state + 1] -= 1
+                raise ValueError(f"generation {state + 1} fails once")
+            state += 1
+            yield state
+        return state
+
+    assert body() == 8
+
+
+_MANY_FILES_OPEN = """
+import os, resource
+from resumable import checkpointed
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft < 1200:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+null = os.open(os.devnull, os.O_RDONLY)
+held = [os.dup(null) for _ in range(1100)]  # the application's open files
+
+@checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
+def body(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        yield state
+    return state["gen"]
+
+print("result", body(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_snapshots_work_with_more_than_1024_files_open(tmp_path: Path) -> None:
+    """Review 154: the child's pipe was waited on with select(), which refuses a file
+    descriptor >= 1024: the call died of a ValueError."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("the hard limit on open files is below 1200 here")
+    proc = _run(tmp_path, _MANY_FILES_OPEN.format(store=str(tmp_path / "s")),
+                RESUMABLE_SNAPSHOT_FORK="1")
+    assert proc.returncode == 0 and "result 5" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_the_store_variable_is_named_only_for_a_bad_url(tmp_path: Path) -> None:
+    """Review 154: the $RESUMABLE_STORE hint was added to any error naming the URL: an
+    AWS profile that does not exist, a storage fault in one run's object."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_STORE="s3://some-bucket/runs",
+               AWS_PROFILE="no-such-profile-review154", AWS_CONFIG_FILE=os.devnull,
+               AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        from resumable.stores import open_store
+        try:
+            open_store(None)
+        except Exception as err:
+            print(type(err).__name__, err)
+        """)], env=env, capture_output=True, text=True, timeout=120)
+    assert "no-such-profile-review154" in out.stdout, (out.stdout, out.stderr[-2000:])
+    assert "RESUMABLE_STORE" not in out.stdout, out.stdout
+
+    from resumable import checkpointed
+
+    store = tmp_path / "store"
+    for rid in ("run-a", "run-b"):
+        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
+        def body(*, state=None):
+            state = state or 0
+            while state < 2:
+                state += 1
+                yield state
+            raise KeyboardInterrupt  # (no result: the runs stay in progress)
+
+        with pytest.raises(KeyboardInterrupt):
+            body()
+    run_b = store / "run-b"
+    newest = max(p.name for p in run_b.iterdir() if p.name.startswith("ckpt-"))
+    (run_b / newest).unlink()
+    (run_b / newest).symlink_to(newest)  # a link to itself: ELOOP when read
+    cli = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check"],
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_STORE=str(store)),
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 74, (cli.stdout, cli.stderr)
+    assert "run-a" in cli.stdout and "RESUMABLE_STORE" not in cli.stderr, cli.stderr
+
+
+def test_an_unreadable_newest_checkpoint_shows_no_made_up_age_or_size(tmp_path: Path) -> None:
+    """Review 154: a run whose newest checkpoint could not be read (a symbolic-link loop
+    at its name, listed with time 0 and size 0) showed AGE 20793d and SIZE 0 B, and
+    newest_created 1970-01-01 in --json; with every run unreadable the error still said
+    "the other runs are listed"."""
+    import json
+
+    from resumable import checkpointed
+
+    store = tmp_path / "store"
+    for rid in ("run-a", "run-b"):
+        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
+        def body(*, state=None):
+            state = state or 0
+            while state < 2:
+                state += 1
+                yield state
+            raise KeyboardInterrupt  # (no result)
+
+        with pytest.raises(KeyboardInterrupt):
+            body()
+        folder = store / rid
+        newest = max(p.name for p in folder.iterdir() if p.name.startswith("ckpt-"))
+        (folder / newest).unlink()
+        (folder / newest).symlink_to(newest)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RESUMABLE_STORE", None)
+    table = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", str(store)],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 74, table.stderr
+    assert "d (unreadable)" not in table.stdout and " 0 B" not in table.stdout, table.stdout
+    assert "no run could be read" in table.stderr, table.stderr
+    js = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", "--json",
+                         str(store)], env=env, capture_output=True, text=True, timeout=120)
+    runs = json.loads(js.stdout)["runs"]
+    assert [r["run_id"] for r in runs] == ["run-a", "run-b"]
+    assert all(r["newest_created"] is None and r["newest_bytes"] is None for r in runs), runs

@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from .. import _settings
-from .._errors import ConfigurationError, ResumableError
+from .._errors import ConfigurationError
 from ._base import Payload, Store, SupportsHead, head_of, join_payload, payload_size
 
 
@@ -151,7 +151,9 @@ def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
     if url is None and os.environ.get(_settings.STORE.name):
         try:
             return open_store(default_store_url())
-        except ResumableError as err:
+        except ConfigurationError as err:
+            if not str(err).startswith("store URL "):  # (not about the URL: review 154)
+                raise
             # (review 151: the error named the URL, not where it came from)
             err.args = (f"{err} (the store URL is ${_settings.STORE.name}'s: fix or unset "
                         "it, or pass store=)", *err.args[1:])
