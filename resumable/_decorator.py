@@ -982,8 +982,10 @@ class _Execution:
                 _identity.warn_if_older_version_derived_another(run, self.ident)
             start_step = step
             last_state = state
-            failures = 0
-            failed_gen = 0  # the generation that last failed (its count ends once it completes)
+            # Failures of each generation not yet completed: its count starts again once it
+            # completes (review 155: one count for all let a failure of a replayed
+            # generation use up the restart of the one that caused the replay)
+            fails: dict[int, int] = {}
             progress = self.progress = self._progress(step)
             gen = self._body(state)
             while True:
@@ -1031,11 +1033,10 @@ class _Execution:
                                     type(err).__name__, err)
                         raise _signals.terminated() from err
                     self._flush_after_error(err)
+                    failures = fails[step + 1] = fails.get(step + 1, 0) + 1
                     if (isinstance(err, self.opts.restart_on)
                             and not isinstance(err, ResumableError)
-                            and failures < self.opts.restarts):
-                        failures += 1
-                        failed_gen = max(failed_gen, step + 1)
+                            and failures <= self.opts.restarts):
                         gen.close()
                         _signals.forget_within(self)  # (an iterator a cycle keeps open)
                         # (a Ctrl-C held ends the pause: the new body gets it at once)
@@ -1078,13 +1079,12 @@ class _Execution:
                             ", ".join(ended))
                         raise _signals.terminated()
                 step += 1
-                if step >= failed_gen:
-                    # The generation that failed completed: the count starts again. Not
-                    # at a generation a restart runs again on the way back to it (with
-                    # every=n it restarts from the last due step; review 154: each replayed
-                    # yield reset the count, and a failure that always comes back was
-                    # restarted for ever).
-                    failures = 0
+                # This generation completed: its count starts again. (Only its own: with
+                # every=n a restart replays the generations since the last due step, and a
+                # count reset by each of them restarted a failure that always comes back
+                # for ever, review 154.)
+                if fails:
+                    fails.pop(step, None)
                 last_state = self.held = yielded
                 self.step = step
                 self.stopping = self.terminate  # reached its yield after a SIGTERM

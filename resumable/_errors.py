@@ -25,6 +25,11 @@ class ConfigurationError(ResumableError, ValueError):
     exit_code = EXIT_CONFIG
 
 
+class StoreURLError(ConfigurationError):
+    """A store URL that cannot be used as written (its form, its options, a path that is a
+    file): the error to fix in the URL itself, wherever it came from (reviews 151, 155)."""
+
+
 class RunMismatchError(ConfigurationError):
     """A fixed run id (``run_id=``, ``$RESUMABLE_RUN_ID``) was called with other arguments.
 

@@ -3,18 +3,18 @@
 With ``every="generation"`` the newest state must outlive an exception while the one
 before it uploads, so two copies of a large state used to live in memory at once (the
 one uploading, the newest one waiting). A pod sized for the state plus one copy was
-OOM-killed by the second. Now, when a due yield comes while a save runs (or waits
-behind one that runs), the state's large buffers are written to one unlinked file in
+OOM-killed by the second. Now, when a due yield comes while a save runs (or waits behind
+one that runs), the state's large buffers are written to one unlinked file in
 ``$RESUMABLE_SPILL_DIR`` (the system's temporary folder unless set) instead of a second
-buffer: a write into the page cache,
-about twice the memory copy it replaces (64 MiB: 10.3 ms against 5.8 ms on the 2-core
-VM, ``benchmarks/memory_costs.py``, 3 December; the CRC32C below adds 2-3 ms), and page cache is memory the kernel can write out
-and take back, where a copy in the process's heap is not. When its turn comes, the
-upload reads the file into the buffers the save before it has just handed back, so the
-process holds one copy of the state, not two. A yield that comes while the upload
-thread rests (paced, ``RESUMABLE_UPLOAD_DUTY``) with a save waiting is not spilled: that
-save is held back (``Uploader.hold_resting``) and the newer state replaces it in its own
-buffers, half the loop's cost of a spill and no read back for the upload.
+buffer: a write into the page cache, about twice the memory copy it replaces (64 MiB:
+10.3 ms against 5.8 ms on the 2-core VM, ``benchmarks/memory_costs.py``, 3 December; the
+CRC32C below adds 2-3 ms), and page cache is memory the kernel can write out and take
+back, where a copy in the process's heap is not. When its turn comes, the upload reads
+the file into the buffers the save before it has just handed back, so the process holds
+one copy of the state, not two. A yield that comes while the upload thread rests (paced,
+``RESUMABLE_UPLOAD_DUTY``) with a save waiting is not spilled: that save is held back
+(``Uploader.hold_resting``) and the newer state replaces it in its own buffers, half the
+loop's cost of a spill and no read back for the upload.
 
 Two files per call, reused: one can be read back by the upload while the loop writes
 the next state into the other, so the loop never waits for the upload; a newer state

@@ -27,9 +27,9 @@ from ._errors import (
     EXIT_CORRUPT,
     EXIT_STORE,
     EXIT_TAMPERED,
-    ConfigurationError,
     ResumableError,
     StoreError,
+    StoreURLError,
 )
 from ._run import CALL, EPOCH, RESULT, object_kind, parse_ckpt_name
 from ._run import command as command_line
@@ -629,8 +629,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         elif ckpt is not None and f"{run_id}/{ckpt}" in about:
             # (also a header that could not be read: the listing's time and size)
             item = about[f"{run_id}/{ckpt}"]
-            if item.modified:  # (0: the listing could not tell either; review 154 showed
-                # an object it could not stat as 1970's, of 0 bytes)
+            if item.modified or "newest" not in unread.get(run_id, {}):
+                # (an object the listing could not stat either, unreadable: time and size
+                # 0, not 1970's and 0 bytes, review 154; a readable one keeps a time of 0,
+                # an archive's, review 155)
                 row.update(newest_created=_iso_time(item.modified), newest_bytes=item.size)
         rows.append(row)
     if args.json:
@@ -707,8 +709,16 @@ def _fail_unread(store: Store, unread: dict[str, dict[str, ReadError]], runs: in
     raise CliError(
         f"{len(unread)} of {runs} run(s) in {store.url} could not be read (the store failed "
         f"for good on an object of each, e.g. {min(unread)!r}: marked unreadable, {why}); "
-        f"{'the other runs are listed' if len(unread) < runs else 'no run could be read'}: "
+        f"{_listed_anyway(unread, runs)}: "
         f"{hint}, then run the command again", code)
+
+
+def _listed_anyway(unread: dict[str, dict[str, ReadError]], runs: int) -> str:
+    if len(unread) < runs:
+        return "the other runs are listed"
+    if all("newest" in errors for errors in unread.values()):
+        return "no run could be read"
+    return "each run is listed with what could be read"  # (results only: review 155)
 
 
 def _verified_text(info: ObjectInfo) -> str:
@@ -1282,8 +1292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if swapped:
             message = f"{swapped} ({message})"
         elif (not store_given and os.environ.get(_settings.STORE.name)
-              and isinstance(err, ConfigurationError) and message.startswith("store URL ")
-              and f"${_settings.STORE.name}" not in message):  # (a bad URL: review 154)
+              and isinstance(err, StoreURLError)  # (a bad URL only: reviews 154, 155)
+              and f"${_settings.STORE.name}" not in message):
             # (review 151: the error named the URL, not where it came from)
             message += (f" (STORE was not given, so ${_settings.STORE.name} was used: fix "
                         "or unset it, or give STORE)")

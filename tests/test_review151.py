@@ -400,3 +400,113 @@ def test_an_unreadable_newest_checkpoint_shows_no_made_up_age_or_size(tmp_path: 
     runs = json.loads(js.stdout)["runs"]
     assert [r["run_id"] for r in runs] == ["run-a", "run-b"]
     assert all(r["newest_created"] is None and r["newest_bytes"] is None for r in runs), runs
+
+
+# Review 155: attacks on review 154's fixes.
+
+def test_each_generation_has_its_own_restarts(tmp_path: Path) -> None:
+    """Review 155: one count for all generations until the failed one completed: with
+    every=10, generation 15 failed once, the restart replayed 11-14, generation 13 failed
+    once there, and that used up 15's restart (the call raised; before 68a202c it
+    returned, and DESIGN gives each generation restarts + 1 attempts)."""
+    from resumable import checkpointed
+
+    class Transient(Exception):
+        pass
+
+    attempts: dict[int, int] = {}
+
+    @checkpointed(store=str(tmp_path / "s"), every=10, run_id="r", restarts=1,
+                  restart_on=Transient, capture_rng=False)
+    def body(*, state=None):
+        state = state or 0
+        while state < 20:
+            g = state + 1
+            attempts[g] = attempts.get(g, 0) + 1
+            if (g == 15 and attempts[g] == 1) or (g == 13 and attempts[g] == 2):
+                raise Transient(f"generation {g} fails once")
+            state = g
+            yield state
+        return state
+
+    assert body() == 20
+    assert attempts[13] == 3 and attempts[15] == 2, attempts
+
+
+def test_the_store_variable_is_named_for_bad_url_options_and_paths(tmp_path: Path) -> None:
+    """Review 155: 68a202c matched the words "store URL", and lost the hint for a bad
+    option (`?sse=bogus`) and for a store path that is a file."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for value in ("s3://bucket/runs?sse=bogus", "s3://bucket/runs?read_timeout=0",
+                  str(a_file)):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_STORE=value)
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+            from resumable.stores import open_store
+            try:
+                open_store(None)
+            except Exception as err:
+                print(type(err).__name__, err)
+            """)], env=env, capture_output=True, text=True, timeout=120)
+        assert "$RESUMABLE_STORE" in out.stdout, (value, out.stdout, out.stderr[-2000:])
+        cli = subprocess.run([sys.executable, "-m", "resumable", "ls"], env=env,
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert cli.returncode == 78 and "$RESUMABLE_STORE" in cli.stderr, (value, cli.stderr)
+
+
+def test_ls_keeps_a_listed_time_of_zero_for_a_readable_checkpoint(tmp_path: Path) -> None:
+    """Review 155: 68a202c blanked AGE and SIZE of any checkpoint listed at time 0 (an
+    archive's, --mtime=@0), as if the run had none."""
+    import json
+
+    from resumable import checkpointed
+
+    store = tmp_path / "store"
+
+    @checkpointed(store=str(store), run_id="run-a", capture_rng=False)
+    def body(*, state=None):
+        state = state or 0
+        while state < 2:
+            state += 1
+            yield state
+        raise KeyboardInterrupt  # (no result)
+
+    with pytest.raises(KeyboardInterrupt):
+        body()
+    for path in (store / "run-a").iterdir():
+        os.utime(path, (0, 0))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RESUMABLE_STORE", None)
+    js = subprocess.run([sys.executable, "-m", "resumable", "ls", "--json", str(store)],
+                        env=env, capture_output=True, text=True, timeout=120)
+    (row,) = json.loads(js.stdout)["runs"]
+    assert row["newest_bytes"] and row["newest_created"], row
+
+
+def test_ls_says_runs_are_listed_when_only_their_results_are_unreadable(
+        tmp_path: Path) -> None:
+    """Review 155: with every run's result unreadable (and their checkpoints read), the
+    error said "no run could be read"."""
+    from resumable import checkpointed
+
+    store = tmp_path / "store"
+    for rid in ("run-a", "run-b"):
+        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
+        def body(*, state=None):
+            state = state or 0
+            while state < 2:
+                state += 1
+                yield state
+            return state
+
+        assert body() == 2
+        result = next(p for p in (store / rid).iterdir() if p.name.startswith("result"))
+        result.unlink()
+        result.symlink_to(result.name)  # a link to itself: unreadable
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RESUMABLE_STORE", None)
+    cli = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", str(store)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 74, cli.stderr
+    assert "no run could be read" not in cli.stderr, cli.stderr
+    assert "run-a" in cli.stdout and "run-b" in cli.stdout, cli.stdout

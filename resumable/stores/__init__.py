@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from .. import _settings
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, StoreURLError
 from ._base import Payload, Store, SupportsHead, head_of, join_payload, payload_size
 
 
@@ -86,30 +86,30 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     """A canonical URL for a store argument: plain paths become absolute file:// URLs."""
     text = os.fspath(url)
     if not text or not text.strip():
-        raise ConfigurationError(
+        raise StoreURLError(
             "store URL is empty; pass a path, file:///abs/path, s3://bucket/prefix or memory://name"
         )
     if any(ord(c) < 32 for c in text):
-        raise ConfigurationError(f"store URL {text!r} contains control characters")
+        raise StoreURLError(f"store URL {text!r} contains control characters")
     m = _SCHEME.match(text)
     if m is None:
         if "://" in text or text.startswith(("s3:", "file:", "memory:")):
-            raise ConfigurationError(
+            raise StoreURLError(
                 f"store URL {text!r} is malformed; expected scheme://..., "
                 "e.g. s3://bucket/prefix or file:///abs/path"
             )
         try:
             return Path(text).expanduser().resolve().as_uri()
         except (RuntimeError, ValueError, OSError) as err:  # "~nobody", NUL bytes, ...
-            raise ConfigurationError(f"store path {text!r} cannot be used: {err}") from None
+            raise StoreURLError(f"store path {text!r} cannot be used: {err}") from None
     scheme = m.group(1).lower()
     try:
         parts = urlsplit(text)
     except ValueError as err:  # e.g. an unbalanced '[' reads as a broken IPv6 host
-        raise ConfigurationError(f"store URL {text!r} is malformed: {err}") from None
+        raise StoreURLError(f"store URL {text!r} is malformed: {err}") from None
     if scheme not in _registry:
         known = ", ".join(f"{s}://" for s in sorted(_registry))
-        raise ConfigurationError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
+        raise StoreURLError(f"store URL {text!r} has unknown scheme {scheme}://; use {known}")
     # A part the store never reads would make two URLs one store (review 138: exp#1 and
     # exp#2 were one folder, and the second returned the first one's result). Built-in
     # schemes only: a registered store's factory reads its URL as it likes.
@@ -118,25 +118,25 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
         "?" if "?" in text and scheme != "s3" else "")
     if named is not None and ignored:
         what, advice = named
-        raise ConfigurationError(
+        raise StoreURLError(
             f"store URL {text!r}: {text[text.index(ignored):]!r} names no store (a store is "
             f"its {what}); {advice}"
         )
     if scheme == "file" and "\x00" in unquote(parts.path):
-        raise ConfigurationError(
+        raise StoreURLError(
             f"store URL {text!r}: its path holds a NUL (%00), which no folder's name can"
         )
     if scheme == "s3" and not parts.netloc:
-        raise ConfigurationError(
+        raise StoreURLError(
             f"store URL {text!r} names no bucket; it must look like s3://bucket/prefix"
         )
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise ConfigurationError(
+            raise StoreURLError(
                 f"store URL {text!r}: file URLs need an absolute path, e.g. file:///data/ckpt"
             )
         if not parts.path.startswith("/"):
-            raise ConfigurationError(f"store URL {text!r}: file URL path must be absolute")
+            raise StoreURLError(f"store URL {text!r}: file URL path must be absolute")
     return scheme + text[len(scheme) :]
 
 
@@ -151,9 +151,7 @@ def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
     if url is None and os.environ.get(_settings.STORE.name):
         try:
             return open_store(default_store_url())
-        except ConfigurationError as err:
-            if not str(err).startswith("store URL "):  # (not about the URL: review 154)
-                raise
+        except StoreURLError as err:  # (not an AWS profile's error, review 154)
             # (review 151: the error named the URL, not where it came from)
             err.args = (f"{err} (the store URL is ${_settings.STORE.name}'s: fix or unset "
                         "it, or pass store=)", *err.args[1:])

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .._aligned import aligned_buffer
-from .._errors import ConfigurationError, StoreError
+from .._errors import StoreError, StoreURLError
 from . import Listed
 from ._base import Payload, Screen
 
@@ -51,7 +51,7 @@ def _check_folder(root: Path, url: str) -> None:
             return
         if stat.S_ISDIR(mode):
             return
-        raise ConfigurationError(
+        raise StoreURLError(
             f"store {url}: {path} is a file, not a folder; point the store at a "
             "folder (it is created when missing), e.g. RESUMABLE_STORE=./checkpoints"
         )

@@ -36,7 +36,7 @@ from xml.parsers import expat
 
 from .. import _crc
 from .._aligned import aligned_buffer
-from .._errors import ConfigurationError, StoreError
+from .._errors import ConfigurationError, StoreError, StoreURLError
 from .._retry import StoreConfigurationError, error_code, retrying
 from . import Listed
 from ._base import Payload, Screen, payload_size
@@ -111,7 +111,7 @@ def _seconds(url: str, option: str, value: Any) -> float:
         else:
             if 0 < seconds <= _MAX_TIMEOUT:  # (false for nan)
                 return seconds
-    raise ConfigurationError(f"{url}: {option}={value!r}; give a number of seconds above 0 "
+    raise StoreURLError(f"{url}: {option}={value!r}; give a number of seconds above 0 "
                              f"and at most {_MAX_TIMEOUT:,.0f}, e.g. 30")
 # S3's bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens, a letter
 # or digit at both ends, no "..", not an IP address. A name outside them can never
@@ -609,11 +609,11 @@ class S3Store:
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "s3" or not parts.netloc:
-            raise ConfigurationError(f"store URL {url!r} must look like s3://bucket/prefix")
+            raise StoreURLError(f"store URL {url!r} must look like s3://bucket/prefix")
         self.url = url
         self.bucket = parts.netloc
         if not _valid_bucket(self.bucket):
-            raise ConfigurationError(
+            raise StoreURLError(
                 f"store URL {url!r}: {self.bucket!r} is not a valid bucket name; S3 bucket "
                 "names are 3-63 lowercase letters, digits, dots and hyphens, starting and "
                 "ending with a letter or digit, without '..', and not an IP address, e.g. "
@@ -622,19 +622,19 @@ class S3Store:
         prefix = parts.path.strip("/")
         self.root = f"{prefix}/" if prefix else ""
         if addressing_style not in (None, "path", "virtual", "auto"):
-            raise ConfigurationError(
+            raise StoreURLError(
                 f"{url}: addressing_style={addressing_style!r}; use path, virtual or auto"
             )
         if sse is not None and sse not in _SSE:
-            raise ConfigurationError(f"{url}: sse={sse!r}; use one of {', '.join(_SSE)}")
+            raise StoreURLError(f"{url}: sse={sse!r}; use one of {', '.join(_SSE)}")
         if sse_kms_key_id is not None and sse is None:
             sse = "aws:kms"
         if part_size < MIN_PART_SIZE:
-            raise ConfigurationError(f"{url}: part_size must be at least {MIN_PART_SIZE} bytes")
+            raise StoreURLError(f"{url}: part_size must be at least {MIN_PART_SIZE} bytes")
         if max_workers < 1:
-            raise ConfigurationError(f"{url}: max_workers must be at least 1")
+            raise StoreURLError(f"{url}: max_workers must be at least 1")
         if multipart_threshold < 1:  # (it was made 1: every object went up in parts)
-            raise ConfigurationError(f"{url}: multipart_threshold must be at least 1 byte "
+            raise StoreURLError(f"{url}: multipart_threshold must be at least 1 byte "
                                      f"(the default is {DEFAULT_THRESHOLD})")
         # (nan, inf or 1e10 passed, and every request then failed as a StoreError: one a
         # podFailurePolicy retries, blaming the credentials; reviews 115, 116)
@@ -642,7 +642,7 @@ class S3Store:
         read_timeout = _seconds(url, "read_timeout", read_timeout)
         if isinstance(checksums, str):
             if checksums.lower() not in ("on", "off", "true", "false", "1", "0"):
-                raise ConfigurationError(f"{url}: checksums={checksums!r}; use on or off")
+                raise StoreURLError(f"{url}: checksums={checksums!r}; use on or off")
             checksums = checksums.lower() in ("on", "true", "1")
         # S3 CRC32 checksums on uploads; `checksums=off` for servers that reject them.
         self.checksums = checksums
@@ -693,11 +693,11 @@ class S3Store:
             kind = _URL_OPTIONS.get(name)
             if kind is None:
                 known = ", ".join(sorted(_URL_OPTIONS))
-                raise ConfigurationError(f"store URL {url!r}: unknown option {name!r}; use {known}")
+                raise StoreURLError(f"store URL {url!r}: unknown option {name!r}; use {known}")
             try:
                 kwargs[name] = kind(value)
             except ValueError:
-                raise ConfigurationError(
+                raise StoreURLError(
                     f"store URL {url!r}: option {name}={value!r} is not a valid {kind.__name__}"
                 ) from None
         return cls(url, **kwargs)
