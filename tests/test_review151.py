@@ -26,6 +26,35 @@ def _run(tmp_path: Path, source: str, timeout: float = 120, **env: str
                           env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
 
 
+def _runs(store: Path, ids: tuple[str, ...], finish: bool = False) -> None:
+    """Runs of two generations in ``store``: finished (a result stored) or, by default,
+    left in progress (no result)."""
+    from resumable import checkpointed
+
+    for rid in ids:
+        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
+        def body(*, state=None):
+            state = state or 0
+            while state < 2:
+                state += 1
+                yield state
+            if not finish:
+                raise KeyboardInterrupt  # (no result)
+            return state
+
+        if finish:
+            assert body() == 2
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                body()
+
+
+def _loop_link(path: Path) -> None:
+    """``path`` replaced by a symbolic link to itself: unreadable (ELOOP)."""
+    path.unlink()
+    path.symlink_to(path.name)
+
+
 # The snapshot of generation 2 is forked, and its child never finishes pickling (it
 # waits for ever in __reduce__, as a child that forked while another thread held a lock
 # does). The body then raises, once, with restarts=1: the restart must begin from what
@@ -338,24 +367,10 @@ def test_the_store_variable_is_named_only_for_a_bad_url(tmp_path: Path) -> None:
     assert "no-such-profile-review154" in out.stdout, (out.stdout, out.stderr[-2000:])
     assert "RESUMABLE_STORE" not in out.stdout, out.stdout
 
-    from resumable import checkpointed
-
     store = tmp_path / "store"
-    for rid in ("run-a", "run-b"):
-        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
-        def body(*, state=None):
-            state = state or 0
-            while state < 2:
-                state += 1
-                yield state
-            raise KeyboardInterrupt  # (no result: the runs stay in progress)
-
-        with pytest.raises(KeyboardInterrupt):
-            body()
+    _runs(store, ("run-a", "run-b"))
     run_b = store / "run-b"
-    newest = max(p.name for p in run_b.iterdir() if p.name.startswith("ckpt-"))
-    (run_b / newest).unlink()
-    (run_b / newest).symlink_to(newest)  # a link to itself: ELOOP when read
+    _loop_link(max(p for p in run_b.iterdir() if p.name.startswith("ckpt-")))
     cli = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check"],
                          env=dict(os.environ, PYTHONPATH=str(ROOT), RESUMABLE_STORE=str(store)),
                          capture_output=True, text=True, timeout=120)
@@ -370,24 +385,10 @@ def test_an_unreadable_newest_checkpoint_shows_no_made_up_age_or_size(tmp_path: 
     "the other runs are listed"."""
     import json
 
-    from resumable import checkpointed
-
     store = tmp_path / "store"
+    _runs(store, ("run-a", "run-b"))
     for rid in ("run-a", "run-b"):
-        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
-        def body(*, state=None):
-            state = state or 0
-            while state < 2:
-                state += 1
-                yield state
-            raise KeyboardInterrupt  # (no result)
-
-        with pytest.raises(KeyboardInterrupt):
-            body()
-        folder = store / rid
-        newest = max(p.name for p in folder.iterdir() if p.name.startswith("ckpt-"))
-        (folder / newest).unlink()
-        (folder / newest).symlink_to(newest)
+        _loop_link(max(p for p in (store / rid).iterdir() if p.name.startswith("ckpt-")))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RESUMABLE_STORE", None)
     table = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", str(store)],
@@ -459,20 +460,8 @@ def test_ls_keeps_a_listed_time_of_zero_for_a_readable_checkpoint(tmp_path: Path
     archive's, --mtime=@0), as if the run had none."""
     import json
 
-    from resumable import checkpointed
-
     store = tmp_path / "store"
-
-    @checkpointed(store=str(store), run_id="run-a", capture_rng=False)
-    def body(*, state=None):
-        state = state or 0
-        while state < 2:
-            state += 1
-            yield state
-        raise KeyboardInterrupt  # (no result)
-
-    with pytest.raises(KeyboardInterrupt):
-        body()
+    _runs(store, ("run-a",))
     for path in (store / "run-a").iterdir():
         os.utime(path, (0, 0))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -487,22 +476,10 @@ def test_ls_says_runs_are_listed_when_only_their_results_are_unreadable(
         tmp_path: Path) -> None:
     """Review 155: with every run's result unreadable (and their checkpoints read), the
     error said "no run could be read"."""
-    from resumable import checkpointed
-
     store = tmp_path / "store"
+    _runs(store, ("run-a", "run-b"), finish=True)
     for rid in ("run-a", "run-b"):
-        @checkpointed(store=str(store), run_id=rid, capture_rng=False)
-        def body(*, state=None):
-            state = state or 0
-            while state < 2:
-                state += 1
-                yield state
-            return state
-
-        assert body() == 2
-        result = next(p for p in (store / rid).iterdir() if p.name.startswith("result"))
-        result.unlink()
-        result.symlink_to(result.name)  # a link to itself: unreadable
+        _loop_link(next(p for p in (store / rid).iterdir() if p.name.startswith("result")))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RESUMABLE_STORE", None)
     cli = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", str(store)],
