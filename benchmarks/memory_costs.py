@@ -99,13 +99,14 @@ def measure(size: int, fresh_size: int, runs: int, folder: str) -> list[dict[str
     target[:] = 0.0
     fd = _spill._open_unnamed(folder)
     try:
-        sizes = _spill._write_frames(fd, frames)  # the file is written before
+        sizes, pieces = _spill._write_frames(fd, frames)  # the file is written before
         back = np.empty_like(state).data.cast("B")
-        _spill._read_frames(fd, sizes, lambda n: back)  # (touches the buffer)
+        _spill._read_frames(fd, sizes, lambda n: back, pieces)  # (touches the buffer)
         for _ in range(runs):  # interleaved
             add("copy into a reused buffer", timed(lambda: np.copyto(target, state)))
             add("spill, file written before", timed(lambda: _spill._write_frames(fd, frames)))
-            add("spill read back", timed(lambda: _spill._read_frames(fd, sizes, lambda n: back)))
+            add("spill read back",
+                timed(lambda: _spill._read_frames(fd, sizes, lambda n: back, pieces)))
             new = _spill._open_unnamed(folder)
             try:
                 add("spill, new file",

@@ -151,7 +151,7 @@ class SpillFile:
         try:
             if slot.fd is None:
                 slot.fd = _open_unnamed(self.folder or ".")
-            sizes = _write_frames(slot.fd, frames[1:])
+            sizes, pieces = _write_frames(slot.fd, frames[1:])
         except BaseException as err:
             with self._lock:
                 # Whatever stopped the write (a full disk, or Ctrl-C in the middle of
@@ -169,7 +169,7 @@ class SpillFile:
                         self.where, step, self.folder, err)
             return None
         owner = Spilled(self, slot, frames[0] if isinstance(frames[0], bytes)
-                        else bytes(frames[0]), list(sizes), step, sizes.crcs)
+                        else bytes(frames[0]), sizes, step, pieces)
         with self._lock:
             slot.owner, slot.busy = owner, False
         return owner
@@ -259,7 +259,7 @@ class Spilled:
     """A spilled state's frames, read back once (the ``Forked`` interface of ``Snapshot``)."""
 
     def __init__(self, file: SpillFile, slot: _Slot, stream: bytes, sizes: list[int],
-                 step: int, crcs: list[tuple[int, int, int]] | None = None) -> None:
+                 step: int, crcs: list[tuple[int, int, int]]) -> None:
         self.file = file
         self.slot = slot
         self.stream = stream
@@ -299,27 +299,20 @@ class _Damaged(Exception):
         self.frames, self.offset, self.size, self.want, self.got = frames, offset, size, want, got
 
 
-class _Sizes(list[int]):
-    """The sizes of the frames ``_write_frames`` wrote, and in ``crcs`` the pieces it
-    wrote them in: ``(first frame, frame after the last, CRC32C)`` of each."""
-
-    crcs: list[tuple[int, int, int]]
-
-
-def _write_frames(fd: int, frames: Sequence[Any]) -> _Sizes:
-    """Write ``frames`` one after another from byte 0; their sizes.
+def _write_frames(fd: int, frames: Sequence[Any]
+                  ) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """Write ``frames`` one after another from byte 0; their sizes, and the pieces they
+    were written in: ``(first frame, frame after the last, CRC32C)`` of each.
 
     Small frames are joined into batches of about ``_BATCH`` bytes: a state of many
     small arrays (a population of 50,000 individuals of 32 floats) took one system call
     per array, twice the time of the memory copy the spill replaces; joined, less.
 
     Each piece written (a large frame, or a batch of small ones) is hashed from the
-    buffer just written, into the sizes' ``crcs``: ``_read_frames`` reads the same
-    pieces back and checks them.
+    buffer just written: ``_read_frames`` reads the same pieces back and checks them.
     """
-    offset, sizes = 0, _Sizes()
+    offset, sizes = 0, []
     crcs: list[tuple[int, int, int]] = []
-    sizes.crcs = crcs
     pending: list[memoryview] = []
     pending_size = 0
     first = 0  # the first frame of the batch pending
@@ -352,35 +345,18 @@ def _write_frames(fd: int, frames: Sequence[Any]) -> _Sizes:
         crcs.append((i, i + 1, _crc.extend(0, view)))
         offset += view.nbytes
     flush()
-    return sizes
-
-
-def _pieces(sizes: Sequence[int]) -> list[tuple[int, int, int | None]]:
-    """The pieces ``_write_frames`` writes ``sizes`` in, with no CRC to check."""
-    out: list[tuple[int, int, int | None]] = []
-    i = 0
-    while i < len(sizes):
-        j, total = i + 1, sizes[i]
-        if sizes[i] < _SMALL:  # a run of small frames: a batch of about _BATCH bytes
-            while j < len(sizes) and sizes[j] < _SMALL and total < _BATCH:
-                total += sizes[j]
-                j += 1
-        out.append((i, j, None))
-        i = j
-    return out
+    return sizes, crcs
 
 
 def _read_frames(fd: int, sizes: Sequence[int], take: Callable[[int], Any] | None,
-                 crcs: Sequence[tuple[int, int, int | None]] | None = None) -> list[Any]:
-    """The frames ``_write_frames`` wrote: large ones read into ``take(n)`` buffers, runs
-    of small ones read at once and cut into ``bytes``. Each piece's CRC32C is checked
-    against ``crcs`` (by default the ones ``_write_frames`` returned with ``sizes``);
-    ``_Damaged`` if one differs."""
-    if crcs is None:
-        crcs = getattr(sizes, "crcs", None)
+                 crcs: Sequence[tuple[int, int, int]]) -> list[Any]:
+    """The frames ``_write_frames`` wrote, in the pieces it returned with ``sizes``:
+    large ones read into ``take(n)`` buffers, runs of small ones read at once and cut
+    into ``bytes``. Each piece's CRC32C is checked against ``crcs``; ``_Damaged`` if one
+    differs."""
     out: list[Any] = []
     offset = 0
-    for i, j, want in (crcs if crcs is not None else _pieces(sizes)):
+    for i, j, want in crcs:
         total = sum(sizes[i:j])
         if j - i == 1 and total >= _SMALL:
             buf = take(total) if take is not None else bytearray(total)
@@ -391,10 +367,9 @@ def _read_frames(fd: int, sizes: Sequence[int], take: Callable[[int], Any] | Non
             view = memoryview(bytearray(total))
             _pread_all(fd, view, offset)
             frames = []
-        if want is not None:
-            got = _crc.extend(0, view)
-            if got != want:
-                raise _Damaged((i, j), offset, total, want, got)
+        got = _crc.extend(0, view)
+        if got != want:
+            raise _Damaged((i, j), offset, total, want, got)
         if not frames:  # cut the batch into its frames
             at = 0
             for k in range(i, j):

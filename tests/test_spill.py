@@ -474,7 +474,7 @@ def test_a_save_waiting_is_taken_back_after_the_newer_state_is_in_its_file(
     events: list[str] = []
     write = _spill._write_frames
 
-    def writing(fd: int, frames: Any) -> list[int]:
+    def writing(fd: int, frames: Any) -> tuple[list[int], list[tuple[int, int, int]]]:
         events.append("write")
         return write(fd, frames)
 
