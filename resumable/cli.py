@@ -34,7 +34,14 @@ from ._errors import (
 from ._run import CALL, EPOCH, RESULT, object_kind, parse_ckpt_name
 from ._run import command as command_line
 from ._runid import validate_run_id
-from .stores import Store, SupportsListInfo, default_store_url, head_of, open_store
+from .stores import (
+    Store,
+    SupportsListInfo,
+    default_store_url,
+    from_store_variable,
+    head_of,
+    open_store,
+)
 from .stores._base import get_screened
 from .stores._local import LocalStore
 
@@ -1291,12 +1298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         swapped = _swapped(args, store_given)
         if swapped:
             message = f"{swapped} ({message})"
-        elif (not store_given and os.environ.get(_settings.STORE.name)
-              and isinstance(err, StoreURLError)  # (a bad URL only: reviews 154, 155)
-              and f"${_settings.STORE.name}" not in message):
-            # (review 151: the error named the URL, not where it came from)
-            message += (f" (STORE was not given, so ${_settings.STORE.name} was used: fix "
-                        "or unset it, or give STORE)")
+        elif not store_given and isinstance(err, StoreURLError):  # (reviews 151, 154, 155)
+            message = from_store_variable(message, "give STORE")
     except KeyboardInterrupt:
         message, exit_code = "interrupted", 130
     except BrokenPipeError:  # `resumable ls | head`: the reader left; not an error

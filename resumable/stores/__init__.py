@@ -140,6 +140,16 @@ def normalize_url(url: str | os.PathLike[str]) -> str:
     return scheme + text[len(scheme) :]
 
 
+def from_store_variable(message: str, instead: str) -> str:
+    """A StoreURLError's ``message`` for a URL that came from $RESUMABLE_STORE, saying so
+    (review 151: the error named the URL, not where it came from); ``instead``: how else
+    to give a store (the library's ``store=``, the CLI's STORE)."""
+    name = _settings.STORE.name
+    if not os.environ.get(name) or f"${name}" in message:
+        return message
+    return f"{message} (the store URL is ${name}'s: fix or unset it, or {instead})"
+
+
 def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
     """The store for a URL, path or store object (None: $RESUMABLE_STORE, else ./.resumable)."""
     if url is not None and not isinstance(url, (str, os.PathLike)):
@@ -152,9 +162,7 @@ def open_store(url: str | os.PathLike[str] | Store | None = None) -> Store:
         try:
             return open_store(default_store_url())
         except StoreURLError as err:  # (not an AWS profile's error, review 154)
-            # (review 151: the error named the URL, not where it came from)
-            err.args = (f"{err} (the store URL is ${_settings.STORE.name}'s: fix or unset "
-                        "it, or pass store=)", *err.args[1:])
+            err.args = (from_store_variable(str(err), "pass store="), *err.args[1:])
             raise
     canonical = normalize_url(default_store_url() if url is None else url)
     scheme = canonical.split("://", 1)[0]
@@ -181,6 +189,7 @@ __all__ = [
     "SupportsListInfo",
     "SupportsRemoveTempFiles",
     "default_store_url",
+    "from_store_variable",
     "head_of",
     "join_payload",
     "normalize_url",
