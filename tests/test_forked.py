@@ -21,6 +21,7 @@ import pytest
 
 from resumable._run import Run
 from resumable.stores import open_store
+from tests.scripts import run_script
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -94,13 +95,7 @@ if os.environ.get("VERIFY"):  # every checkpoint holds the state of its own yiel
 """
 
 
-def run(tmp_path: Path, source: str, timeout: float = 120, **env: str
-        ) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(source))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+run = run_script
 
 
 def loop(tmp_path: Path, name: str, every: str = '"generation"', n: int = 12) -> str:

@@ -14,16 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import run_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tmp_path: Path, source: str, timeout: float = 120, **env: str
-         ) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(source))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+_run = run_script
 
 
 def _runs(store: Path, ids: tuple[str, ...], finish: bool = False) -> None:
