@@ -26,23 +26,15 @@ from resumable import ConfigurationError, StoreError, checkpointed
 from resumable._run import Run
 from resumable._spill import SpillFile, _fs_type
 from resumable.stores import open_store
+from tests.procfiles import open_fds_in
 from tests.wrappers import DelegatingStore
 
 SIZE = 4 * 2**20  # over the 1 MiB below which states are copied in memory anyway
 
 
 def _open_files_in(folder: Path) -> int:
-    """This process's open files in ``folder`` (an unnamed O_TMPFILE shows as
-    ``folder/#123 (deleted)``)."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(folder) + "/"):
-            n += 1
-    return n
+    """How many files this process has open in ``folder``."""
+    return len(open_fds_in(folder))
 
 
 class HeldFirstSave(DelegatingStore):

@@ -22,6 +22,7 @@ from resumable._run import Run
 from resumable._spill import _MEMORY_FS, SpillFile, _fs_type
 from resumable.stores import open_store
 from resumable.stores._local import LocalStore
+from tests.procfiles import open_fds_in
 
 N = 1 << 19  # 4 MiB of float64: above the 1 MiB below which a state is copied anyway
 WAIT = 60.0  # seconds an event is waited for before the test fails (never slept)
@@ -43,17 +44,7 @@ def spill_dir() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _fds_in(folder: Path) -> list[int]:
-    """This process's open files in ``folder`` (an O_TMPFILE shows as ``folder/#123 (deleted)``)."""
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(folder) + "/"):
-            out.append(int(fd))
-    return out
+_fds_in = open_fds_in
 
 
 def _flip(fd: int, at: int) -> None:
