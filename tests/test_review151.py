@@ -45,6 +45,14 @@ def _runs(store: Path, ids: tuple[str, ...], finish: bool = False) -> None:
                 body()
 
 
+def _ls(*args: str) -> subprocess.CompletedProcess[str]:
+    """``resumable ls ARGS`` with no $RESUMABLE_STORE."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RESUMABLE_STORE", None)
+    return subprocess.run([sys.executable, "-m", "resumable", "ls", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
 def _loop_link(path: Path) -> None:
     """``path`` replaced by a symbolic link to itself: unreadable (ELOOP)."""
     path.unlink()
@@ -385,15 +393,11 @@ def test_an_unreadable_newest_checkpoint_shows_no_made_up_age_or_size(tmp_path: 
     _runs(store, ("run-a", "run-b"))
     for rid in ("run-a", "run-b"):
         _loop_link(max(p for p in (store / rid).iterdir() if p.name.startswith("ckpt-")))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("RESUMABLE_STORE", None)
-    table = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", str(store)],
-                           env=env, capture_output=True, text=True, timeout=120)
+    table = _ls("--check", str(store))
     assert table.returncode == 74, table.stderr
     assert "d (unreadable)" not in table.stdout and " 0 B" not in table.stdout, table.stdout
     assert "no run could be read" in table.stderr, table.stderr
-    js = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", "--json",
-                         str(store)], env=env, capture_output=True, text=True, timeout=120)
+    js = _ls("--check", "--json", str(store))
     runs = json.loads(js.stdout)["runs"]
     assert [r["run_id"] for r in runs] == ["run-a", "run-b"]
     assert all(r["newest_created"] is None and r["newest_bytes"] is None for r in runs), runs
@@ -460,10 +464,7 @@ def test_ls_keeps_a_listed_time_of_zero_for_a_readable_checkpoint(tmp_path: Path
     _runs(store, ("run-a",))
     for path in (store / "run-a").iterdir():
         os.utime(path, (0, 0))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("RESUMABLE_STORE", None)
-    js = subprocess.run([sys.executable, "-m", "resumable", "ls", "--json", str(store)],
-                        env=env, capture_output=True, text=True, timeout=120)
+    js = _ls("--json", str(store))
     (row,) = json.loads(js.stdout)["runs"]
     assert row["newest_bytes"] and row["newest_created"], row
 
@@ -476,10 +477,7 @@ def test_ls_says_runs_are_listed_when_only_their_results_are_unreadable(
     _runs(store, ("run-a", "run-b"), finish=True)
     for rid in ("run-a", "run-b"):
         _loop_link(next(p for p in (store / rid).iterdir() if p.name.startswith("result")))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("RESUMABLE_STORE", None)
-    cli = subprocess.run([sys.executable, "-m", "resumable", "ls", "--check", str(store)],
-                         env=env, capture_output=True, text=True, timeout=120)
+    cli = _ls("--check", str(store))
     assert cli.returncode == 74, cli.stderr
     assert "no run could be read" not in cli.stderr, cli.stderr
     assert "run-a" in cli.stdout and "run-b" in cli.stdout, cli.stdout
