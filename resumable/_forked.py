@@ -184,15 +184,15 @@ class Forked:
         """Wait until the child has pickled (its first byte); ``Stuck`` past ``deadline``."""
         if deadline is None:
             return
+        # poll, not select: select refuses a descriptor >= 1024, which a process with
+        # many files open gets for the pipe (review 154)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         while True:
             left = deadline - time.monotonic()
             # Looked at before the deadline is: a save that waited behind a slow upload
             # reaches a child that pickled long ago, its bytes in the pipe (review 151:
             # such a child was ended as stuck, and the call's final state not saved).
-            # poll, not select: select refuses a descriptor >= 1024, which a process
-            # with many files open gets for the pipe (review 154)
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
             if poller.poll(int(min(max(left, 0.0), 1.0) * 1000)):
                 return
             if left <= 0:
