@@ -658,11 +658,14 @@ class _Execution:
                 except _forked.Stuck as err:
                     if self.fork:
                         self.fork = False
-                        log.error(
-                            "run %s: %s; snapshots are taken on the loop's thread for the "
-                            "rest of this call (does the state's pickling take a lock that "
-                            "another thread holds? $RESUMABLE_FORK_TIMEOUT sets the time)",
-                            self.run.where(), err)
+                        hint = ("a forked child needs memory beside the loop's: raise the "
+                                "memory limit, or set RESUMABLE_SNAPSHOT_FORK=0"
+                                if isinstance(err, _forked.Killed) else
+                                "does the state's pickling take a lock that another thread "
+                                "holds? $RESUMABLE_FORK_TIMEOUT sets the time")
+                        log.error("run %s: %s; this state is not saved, and snapshots are "
+                                  "taken on the loop's thread for the rest of this call (%s)",
+                                  self.run.where(), err, hint)
                     return
                 except _forked.Superseded:
                     return  # its child was ended: a newer state is saved after it

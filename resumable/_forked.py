@@ -59,6 +59,13 @@ class Stuck(Superseded):
     at the fork (taken by the state's ``__getstate__``), say, which nobody releases in it."""
 
 
+class Killed(Stuck):
+    """A child killed by a SIGKILL its parent did not send: the out-of-memory killer's,
+    most likely (the child's copy-on-write pages and its pickle count against the pod's
+    memory). Its snapshot is lost, as a stuck child's is; the state itself may well
+    pickle, so this is no ``SerializationError``."""
+
+
 def available() -> bool:
     """Linux only: the child's death with its parent and the check of shared memory
     below read Linux interfaces (prctl, /proc/self/maps)."""
@@ -212,6 +219,7 @@ class Forked:
                 raise Superseded(f"{self.what}: its snapshot was cancelled")
             self._reading = True  # cancel() kills the child but leaves the pipe to us
         status: int | None = None
+        read = False
         try:
             try:
                 self._wait_first_byte(fd, deadline)
@@ -228,6 +236,7 @@ class Forked:
                     buf = take(size) if (take is not None and i) else bytearray(size)
                     _readinto_exact(fd, buf)
                     frames.append(buf)
+                read = True
                 return frames
             except EOFError:
                 with self._lock:
@@ -235,6 +244,13 @@ class Forked:
                     status = self._reap()
                     if self.cancelled:
                         raise Superseded(f"{self.what}: its snapshot was cancelled") from None
+                if (status is not None and os.WIFSIGNALED(status)
+                        and os.WTERMSIG(status) == signal.SIGKILL):
+                    raise Killed(
+                        f"{self.what}: the child process pickling it was killed by SIGKILL, "
+                        "which resumable did not send (the out-of-memory killer? the child's "
+                        "copy-on-write pages and its pickle count against the memory limit)"
+                    ) from None
                 raise SerializationError(
                     f"{self.what}: the child process serializing it ended without "
                     f"sending it ({_describe(status)}); set RESUMABLE_SNAPSHOT_FORK=0 to "
@@ -242,6 +258,11 @@ class Forked:
         finally:
             with self._lock:
                 self._reading = False
+                if not read:
+                    # Left on an error (a KeyboardInterrupt out of the wait, a failed
+                    # read): the child may still be pickling, and the reap below would
+                    # wait for it, for ever if it is stuck (review 155).
+                    self._kill()
                 self._close()
                 self._reap()
 
@@ -250,15 +271,18 @@ class Forked:
         ``collect`` reading it meanwhile gets ``Superseded``."""
         with self._lock:
             self.cancelled = True
-            if self.pidfd is not None:
-                with contextlib.suppress(OSError):
-                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            elif self.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
+            self._kill()
             if not self._reading:  # else the reader closes and reaps when it sees EOF
                 self._close()
                 self._reap()
+
+    def _kill(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        elif self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def _close(self) -> None:
         if self.fd is not None:
