@@ -191,8 +191,10 @@ class SpillFile:
                 f"run {self.where}: the spilled copy of step {owner.step} was damaged: "
                 f"{which} of {len(owner.sizes)} ({bad.size} bytes at byte {bad.offset} of its "
                 f"spill file in {self.folder}) read back with CRC32C {bad.got:08x}, not the "
-                f"{bad.want:08x} it was written with (a bad disk or memory page, or another "
-                "process writing to the file); that state is not saved, the checkpoints "
+                f"{bad.want:08x} it was written with (a bad disk or memory page, another "
+                "process writing to the file, or another thread of the application changing "
+                "the state's arrays while they were written: the body waits at its yield, "
+                "other threads do not); that state is not saved, the checkpoints "
                 "already stored are untouched. A new attempt resumes from the newest of them; "
                 "check that folder's disk, or set $RESUMABLE_SPILL_DIR=off (or to another "
                 "folder)") from bad

@@ -136,6 +136,9 @@ def test_a_spilled_state_damaged_before_its_upload_is_not_saved_as_a_checkpoint(
     assert str(spill_dir) in text, text
     assert "step 2" in text and "damaged" in text and "frame 1" in text, text
     assert "not saved" in text and "untouched" in text, text
+    # not only the disk: the body waits at its yield, other threads of the application do
+    # not, and one changing the arrays while they were written is reported the same way
+    assert "another thread" in text, text
 
     latest = body.latest()
     assert latest is not None and latest.state["gen"] == 1
