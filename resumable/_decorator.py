@@ -656,16 +656,21 @@ class _Execution:
                         snap.materialize()
                     self.run.write_checkpoint(snap)
                 except _forked.Stuck as err:
-                    if self.fork:
-                        self.fork = False
-                        hint = ("a forked child needs memory beside the loop's: raise the "
-                                "memory limit, or set RESUMABLE_SNAPSHOT_FORK=0"
-                                if isinstance(err, _forked.Killed) else
-                                "does the state's pickling take a lock that another thread "
-                                "holds? $RESUMABLE_FORK_TIMEOUT sets the time")
-                        log.error("run %s: %s; this state is not saved, and snapshots are "
-                                  "taken on the loop's thread for the rest of this call (%s)",
-                                  self.run.where(), err, hint)
+                    # Each lost state is said (review 156: a second child killed while
+                    # the first's loss turned forking off was lost without a word)
+                    if not self.fork:
+                        log.error("run %s: %s; this state is not saved", self.run.where(), err)
+                        return
+                    self.fork = False
+                    hint = ("does the state's pickling take a lock that another thread "
+                            "holds? $RESUMABLE_FORK_TIMEOUT sets the time"
+                            if not isinstance(err, _forked.Killed) else
+                            "a forked child needs memory beside the loop's: raise the "
+                            "memory limit, or set RESUMABLE_SNAPSHOT_FORK=0" if err.oom else
+                            "so that no other state is lost this way")
+                    log.error("run %s: %s; this state is not saved, and snapshots are "
+                              "taken on the loop's thread for the rest of this call (%s)",
+                              self.run.where(), err, hint)
                     return
                 except _forked.Superseded:
                     return  # its child was ended: a newer state is saved after it
@@ -1000,6 +1005,7 @@ class _Execution:
                     yielded = self._resume(gen)
                 except StopIteration as stop:
                     result = stop.value if stop.value is not None else last_state
+                    unsaved = None
                     if step > start_step and not self.interrupted:
                         if self._snapshotted(step):
                             self._checkpoint(last_state, step, force=True)  # the final state
@@ -1009,15 +1015,18 @@ class _Execution:
                             # so the object is not that yield's state. Saved as it, a
                             # resume (an extension; a crash before the result is
                             # written) started from a state never yielded (review 115).
-                            newest = max(self._saved_step(), self.submitted_step,
-                                         self.last_snap.step if self.last_snap else 0)
-                            why = ("was due, but not snapshotted while the previous save "
-                                   "still uploaded (a large state is not copied beside "
-                                   "it)" if self.skipped_step == step else "was not due")
-                            log.info("run %s: step %d, its last, %s, so it is not saved (the "
-                                     "body ran on after that yield): the newest checkpoint "
-                                     "is of step %d", run.where(), step, why, newest)
+                            unsaved = ("was due, but not snapshotted while the previous save "
+                                       "still uploaded (a large state is not copied beside "
+                                       "it)" if self.skipped_step == step else "was not due")
                     self._flush_last()
+                    if unsaved is not None:
+                        # (after the flush: a snapshot submitted may have been lost, a
+                        # forked child killed; review 156)
+                        newest = max(self._saved_step(), start_step)
+                        log.info("run %s: step %d, its last, %s, so it is not saved (the "
+                                 "body ran on after that yield): %s", run.where(), step,
+                                 unsaved, f"the newest checkpoint is of step {newest}"
+                                 if newest else "no checkpoint of it is stored")
                     end_rng = self._capture_rng()
                     if end_rng is not None:
                         run.check_fenced()
@@ -1193,6 +1202,12 @@ class _Execution:
                 if self.last_snap is not None:
                     cleanup.callback(self.last_snap.release)
                 cleanup.callback(self.uploader.close)
+                if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                    # A Ctrl-C that stops at once (a second one while the save under way
+                    # is handed over): forked children still pickling are ended first, or
+                    # closing the uploader would wait for them, up to the fork timeout
+                    # (review 156)
+                    cleanup.callback(self._end_children)
                 if progress is not None:
                     cleanup.callback(progress.close)
                 if gen is not None:

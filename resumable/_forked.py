@@ -62,8 +62,12 @@ class Stuck(Superseded):
 class Killed(Stuck):
     """A child killed by a SIGKILL its parent did not send: the out-of-memory killer's,
     most likely (the child's copy-on-write pages and its pickle count against the pod's
-    memory). Its snapshot is lost, as a stuck child's is; the state itself may well
-    pickle, so this is no ``SerializationError``."""
+    memory), unless ``oom`` is false. Its snapshot is lost, as a stuck child's is; the
+    state itself may well pickle, so this is no ``SerializationError``."""
+
+    def __init__(self, message: str, *, oom: bool = True) -> None:
+        super().__init__(message)
+        self.oom = oom
 
 
 def available() -> bool:
@@ -181,6 +185,9 @@ class Forked:
         with contextlib.suppress(AttributeError, OSError):
             self.pidfd = os.pidfd_open(pid)
         self.pid: int | None = pid
+        # Its parent-death signal follows this thread (prctl(2)), not the process: see
+        # the SIGKILL in collect
+        self.thread = threading.current_thread()
         self.fd: int | None = r
         self._lock = threading.Lock()
         self._reading = False
@@ -244,13 +251,9 @@ class Forked:
                     status = self._reap()
                     if self.cancelled:
                         raise Superseded(f"{self.what}: its snapshot was cancelled") from None
-                if (status is not None and os.WIFSIGNALED(status)
-                        and os.WTERMSIG(status) == signal.SIGKILL):
-                    raise Killed(
-                        f"{self.what}: the child process pickling it was killed by SIGKILL, "
-                        "which resumable did not send (the out-of-memory killer? the child's "
-                        "copy-on-write pages and its pickle count against the memory limit)"
-                    ) from None
+                if status is None or (os.WIFSIGNALED(status)
+                                      and os.WTERMSIG(status) == signal.SIGKILL):
+                    raise self._killed(status) from None
                 raise SerializationError(
                     f"{self.what}: the child process serializing it ended without "
                     f"sending it ({_describe(status)}); set RESUMABLE_SNAPSHOT_FORK=0 to "
@@ -265,6 +268,31 @@ class Forked:
                     self._kill()
                 self._close()
                 self._reap()
+
+    def _killed(self, status: int | None) -> Killed:
+        """What a child that sent nothing and died of SIGKILL (or of what is unknown:
+        another reaper took its status) is reported as. Not a pickling error: the child
+        sends those."""
+        if not self.thread.is_alive():
+            # prctl(2): the parent-death signal is sent when the thread that forked the
+            # child ends, though the process lives on (review 156)
+            return Killed(
+                f"{self.what}: the child process pickling it was killed by the parent-death "
+                f"signal resumable gave it, because the thread that forked it "
+                f"({self.thread.name}) ended before it had pickled (the kernel ties that "
+                "signal to the thread: keep a run's iterator on a thread that outlives its "
+                "saves, or set RESUMABLE_SNAPSHOT_FORK=0)", oom=False)
+        if status is None:
+            return Killed(
+                f"{self.what}: the child process pickling it ended without sending it, and "
+                "another reaper took its exit status (SIGCHLD ignored, or the application "
+                "reaps children); killed, most likely by the out-of-memory killer (a child's "
+                "copy-on-write pages and its pickle count against the memory limit): a "
+                "pickling error would have been sent")
+        return Killed(
+            f"{self.what}: the child process pickling it was killed by SIGKILL, which "
+            "resumable did not send (the out-of-memory killer? the child's copy-on-write "
+            "pages and its pickle count against the memory limit)")
 
     def cancel(self) -> None:
         """The snapshot is no longer wanted: end the child (if still running). A

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 _KILLED_CHILD = """
 import logging, os, signal, sys, threading
 from resumable import checkpointed
+{prelude}
 
 MAIN = os.getpid()
 told = threading.Event()  # the loss was logged: generation 3's save was collected
@@ -29,7 +30,7 @@ told = threading.Event()  # the loss was logged: generation 3's save was collect
 class Told(logging.Handler):
     def emit(self, record):
         sys.stderr.write(self.format(record) + "\\n")
-        if "killed by SIGKILL" in record.getMessage():
+        if "this state is not saved" in record.getMessage():
             told.set()
 
 logging.getLogger("resumable").addHandler(Told())
@@ -63,17 +64,25 @@ print("newest", body.latest().step, flush=True)
 """
 
 
+@pytest.mark.parametrize("reaper", ["ours", "sigchld ignored"])
 def test_a_forked_child_killed_by_sigkill_loses_one_save_not_the_call(
-        tmp_path: Path) -> None:
+        tmp_path: Path, reaper: str) -> None:
     """Before: the child's SIGKILL became a SerializationError that ended the call (and a
-    pod's podFailurePolicy took it for a bug in the state), though the state pickles."""
+    pod's podFailurePolicy took it for a bug in the state), though the state pickles.
+    Review 156: so it still did when the application ignores SIGCHLD (the kernel reaps
+    the child, and its status is lost): a child that sends nothing did not fail to pickle,
+    it would have sent that error."""
     store = tmp_path / "s"
+    prelude = "signal.signal(signal.SIGCHLD, signal.SIG_IGN)" if reaper != "ours" else ""
     proc = run_script(tmp_path, _KILLED_CHILD.format(store=str(store), restarts=0,
-                                                     fail_at=0),
+                                                     fail_at=0, prelude=prelude),
                       RESUMABLE_SNAPSHOT_FORK="1")
     assert "result 6" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
     assert "newest 6" in proc.stdout, proc.stdout
-    assert "killed by SIGKILL" in proc.stderr, proc.stderr[-3000:]
+    said = ("killed by SIGKILL" if reaper == "ours" else
+            "another reaper took its exit status")
+    assert said in proc.stderr, proc.stderr[-3000:]
+    assert "out-of-memory killer" in proc.stderr, proc.stderr[-3000:]
     assert "on the loop's thread" in proc.stderr, proc.stderr[-3000:]
     names = sorted(p.name for p in (store / "r").glob("ckpt-*"))
     assert names and all(not n.endswith("-000000000003") for n in names), names
@@ -83,7 +92,7 @@ def test_a_restart_after_a_killed_child_begins_from_the_store(tmp_path: Path) ->
     """The killed child's snapshot was the newest when generation 3 failed: the restart
     begins from the store's newest checkpoint (step 2), as after a stuck child."""
     proc = run_script(tmp_path, _KILLED_CHILD.format(store=str(tmp_path / "s"), restarts=1,
-                                                     fail_at=3),
+                                                     fail_at=3, prelude=""),
                       RESUMABLE_SNAPSHOT_FORK="1")
     assert "result 6" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
     assert "restart 1 of 1" in proc.stderr, proc.stderr[-3000:]
@@ -144,3 +153,268 @@ def test_an_interrupted_collect_ends_its_child_instead_of_waiting_for_it(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted" in proc.stdout, proc.stdout
     assert "child gone" in proc.stdout, proc.stdout
+
+
+# Steps 2 and 3 are forked, each child killed: step 2's once step 3's child exists (its
+# save then being read by the upload thread), step 3's at once. The first loss turns
+# forking off; the second must still be said.
+_TWO_KILLED = """
+import logging, os, signal, sys, threading
+from resumable import checkpointed, _run
+
+MAIN = os.getpid()
+GO = {go!r}
+lost = []
+two = threading.Event()
+
+class Told(logging.Handler):
+    def emit(self, record):
+        sys.stderr.write(self.format(record) + "\\n")
+        if "this state is not saved" in record.getMessage():
+            lost.append(record.getMessage())
+            if len(lost) == 2:
+                two.set()
+
+logging.getLogger("resumable").addHandler(Told())
+
+reading_2 = threading.Event()
+materialize = _run.Snapshot.materialize
+
+def watched(self):
+    if self.step == 2:
+        reading_2.set()  # the upload thread reads step 2's child: its save is under way
+    return materialize(self)
+
+_run.Snapshot.materialize = watched
+
+class Dies:
+    def __init__(self, wait):
+        self.wait = wait
+    def __reduce__(self):
+        if os.getpid() != MAIN:
+            while self.wait and not os.path.exists(GO):
+                threading.Event().wait(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (Dies, (self.wait,))
+
+@checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
+def body(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        state["bomb"] = {{2: Dies(True), 3: Dies(False)}}.get(state["gen"])
+        yield state
+        if state["gen"] == 2:
+            assert reading_2.wait(30), "step 2's save never began"
+        if state["gen"] == 3:
+            open(GO, "w").close()
+            assert two.wait(30), f"the lost states said: {{lost}}"
+    return state["gen"]
+
+print("result", body(), flush=True)
+"""
+
+
+def test_every_state_lost_to_a_killed_child_is_said(tmp_path: Path) -> None:
+    """Review 156: once the first loss had turned forking off, a second child's loss (one
+    forked before that) returned without a word."""
+    proc = run_script(tmp_path, _TWO_KILLED.format(store=str(tmp_path / "s"),
+                                                   go=str(tmp_path / "go")),
+                      RESUMABLE_SNAPSHOT_FORK="1")
+    assert "result 5" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    assert "step 2 " in proc.stderr and "step 3 " in proc.stderr, proc.stderr[-3000:]
+
+
+# every=2: the child of step 4 (due) is killed; step 5, the last, is not due.
+_KILLED_BEFORE_A_LAST_YIELD_NOT_DUE = """
+import glob, logging, os, signal, sys, threading
+from resumable import checkpointed
+
+MAIN = os.getpid()
+told = threading.Event()
+
+class Told(logging.Handler):
+    def emit(self, record):
+        sys.stderr.write(self.format(record) + "\\n")
+        if "this state is not saved" in record.getMessage():
+            told.set()
+
+logging.getLogger("resumable").addHandler(Told())
+logging.getLogger("resumable").setLevel(logging.INFO)
+
+class DiesInAChild:
+    def __reduce__(self):
+        if os.getpid() != MAIN:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (DiesInAChild, ())
+
+@checkpointed(store={store!r}, run_id="r", every=2, capture_rng=False)
+def body(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        state["bomb"] = DiesInAChild() if state["gen"] == 4 else None
+        yield state
+        while state["gen"] == 2 and not glob.glob({saved_2!r}):
+            # (saved before step 4 forks: a save still waiting would be given up for it)
+            threading.Event().wait(0.01)
+        if state["gen"] == 4:
+            assert told.wait(30), "step 4's save never came to an end"
+    return state["gen"]
+
+print("result", body(), flush=True)
+print("newest", body.latest().step, flush=True)
+"""
+
+
+def test_the_closing_line_names_the_newest_checkpoint_saved_not_one_lost(
+        tmp_path: Path) -> None:
+    """Review 156: the line said "the newest checkpoint is of step 4", the step whose
+    child was killed, where the store's newest is step 2."""
+    proc = run_script(tmp_path, _KILLED_BEFORE_A_LAST_YIELD_NOT_DUE.format(
+        store=str(tmp_path / "s"), saved_2=str(tmp_path / "s" / "r" / "ckpt-*-*2")),
+        RESUMABLE_SNAPSHOT_FORK="1")
+    assert "result 5" in proc.stdout and "newest 2" in proc.stdout, (proc.stdout,
+                                                                      proc.stderr[-3000:])
+    assert "the newest checkpoint is of step 2" in proc.stderr, proc.stderr[-3000:]
+
+
+# An f.iter iterator advanced by a worker thread to step 2 (forked there; its child waits
+# for ever), then the thread ends: the kernel's parent-death signal, tied to the thread
+# that forked, kills the child. The main thread consumes the rest.
+_THREAD_ENDS = """
+import logging, os, sys, threading
+from resumable import checkpointed
+
+MAIN = os.getpid()
+told = threading.Event()
+
+class Told(logging.Handler):
+    def emit(self, record):
+        sys.stderr.write(self.format(record) + "\\n")
+        if "this state is not saved" in record.getMessage():
+            told.set()
+
+logging.getLogger("resumable").addHandler(Told())
+never_r, never_w = os.pipe()
+started_r, started_w = os.pipe()
+
+class Waits:
+    def __reduce__(self):
+        if os.getpid() != MAIN:
+            os.write(started_w, b"x")  # (its parent-death signal is set by now)
+            os.read(never_r, 1)  # until killed
+        return (Waits, ())
+
+def advance():
+    next(it), next(it)
+    os.read(started_r, 1)  # the thread ends once step 2's child pickles
+
+@checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
+def body(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 4:
+        state["gen"] += 1
+        state["bomb"] = Waits() if state["gen"] == 2 else None
+        yield state
+    return state["gen"]
+
+it = body.iter()
+worker = threading.Thread(target=advance, name="worker-1")
+worker.start()
+worker.join()
+assert told.wait(30), "step 2's loss was never said"
+print("rest", [s["gen"] for s in it], flush=True)
+print("newest", body.latest().step, flush=True)
+"""
+
+
+def test_a_child_killed_as_the_thread_that_forked_it_ends_is_said_to_be_so(
+        tmp_path: Path) -> None:
+    """Review 156: prctl's parent-death signal follows the forking thread. Before 58fdd21
+    the child's SIGKILL ended the call as a SerializationError; since, it was blamed on
+    the out-of-memory killer."""
+    proc = run_script(tmp_path, _THREAD_ENDS.format(store=str(tmp_path / "s")),
+                      RESUMABLE_SNAPSHOT_FORK="1", RESUMABLE_FORK_TIMEOUT="600")
+    assert "rest [3, 4]" in proc.stdout and "newest 4" in proc.stdout, (
+        proc.stdout, proc.stderr[-3000:])
+    assert "the thread that forked it (worker-1) ended" in proc.stderr, proc.stderr[-3000:]
+    assert "out-of-memory" not in proc.stderr, proc.stderr[-3000:]
+
+
+# Step 3's child never finishes pickling (it waits on a pipe no one writes); the body then
+# fails, and the call waits for that save (the last yielded state is saved when the body
+# raises). A Ctrl-C there is held ("stopping once the save under way is handed over"); a
+# second one must stop at once, the child ended, not waited for up to the fork timeout.
+_CTRL_C_TWICE = """
+import os, signal, sys, threading
+from resumable import checkpointed
+
+MAIN = os.getpid()
+never_r, never_w = os.pipe()
+
+class Waits:
+    def __reduce__(self):
+        if os.getpid() != MAIN:
+            os.read(never_r, 1)  # until killed
+        return (Waits, ())
+
+# stderr through a pipe read here, to see when the first Ctrl-C is held
+err_r, err_w = os.pipe()
+real_stderr = os.dup(2)
+os.dup2(err_w, 2)
+held = threading.Event()
+
+def tee():
+    seen = b""
+    while chunk := os.read(err_r, 65536):
+        os.write(real_stderr, chunk)
+        seen += chunk
+        if b"stopping once the save under way" in seen:
+            held.set()
+
+threading.Thread(target=tee, daemon=True).start()
+failed = threading.Event()
+
+def press():
+    failed.wait()
+    while not held.is_set():  # (one pressed while the body still runs is its own)
+        os.kill(MAIN, signal.SIGINT)
+        held.wait(0.5)
+    os.kill(MAIN, signal.SIGINT)
+
+threading.Thread(target=press, daemon=True).start()
+
+@checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
+def body(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        state["bomb"] = Waits() if state["gen"] == 3 else None
+        yield state
+        if state["gen"] == 3:
+            failed.set()
+            raise ValueError("generation 4 fails")
+    return state["gen"]
+
+try:
+    body()
+except BaseException as err:
+    print("ended with", type(err).__name__, flush=True)
+children = []
+for task in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{{task}}/children") as f:
+        children += f.read().split()
+print("children", children, flush=True)
+"""
+
+
+def test_a_second_ctrl_c_ends_a_stuck_forked_child_instead_of_waiting_for_it(
+        tmp_path: Path) -> None:
+    """Review 156: the second Ctrl-C raised at once, but the cleanup's close of the
+    uploader then waited for the stuck child up to $RESUMABLE_FORK_TIMEOUT (here 600 s:
+    the run's timeout)."""
+    proc = run_script(tmp_path, _CTRL_C_TWICE.format(store=str(tmp_path / "s")),
+                      timeout=120, RESUMABLE_SNAPSHOT_FORK="1", RESUMABLE_FORK_TIMEOUT="600")
+    assert "ended with KeyboardInterrupt" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    assert "children []" in proc.stdout, proc.stdout
