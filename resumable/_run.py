@@ -616,7 +616,19 @@ class Run:
         if data is None:
             return None
         try:
-            return _rng_loads(self._decode(name, data, "rng").frames[0])
+            decoded = self._decode(name, data, "rng")
+            if name == RNG_END and decoded.header.epoch != self.result_epoch:
+                # Written just before the result, as a separate object: an attempt that
+                # wrote it and died (or failed to store its result) left it beside the
+                # result of another attempt (review 157). Its RNGs are not this result's.
+                log.warning(
+                    "RNG record %s was written by attempt %d, the stored result by attempt "
+                    "%d (an attempt, say an extension, ended between writing the two): the "
+                    "RNGs are left as they are, so what this program draws next differs "
+                    "from what it drew after the run; calling with that attempt's arguments "
+                    "completes it", self.where(name), decoded.header.epoch, self.result_epoch)
+                return None
+            return _rng_loads(decoded.frames[0])
         except _format.InvalidObject as err:
             log.error("RNG record %s fails verification (%s); %s", self.where(name),
                       err.reason, "capturing a new one" if name == RNG_START else "ignoring it")
