@@ -17,21 +17,26 @@ from tests.scripts import run_script
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
-# Generation 3's state kills the process that pickles it when that is not the loop's
-# process: a forked child killed as the out-of-memory killer kills one (SIGKILL, no word).
-_KILLED_CHILD = """
+# What every script below begins with: the loop's pid, states whose pickling kills the
+# child (as the out-of-memory killer would) or never ends, and a log handler that prints
+# the library's lines and counts the states said to be lost.
+_COMMON = """
 import logging, os, signal, sys, threading
-from resumable import checkpointed
-{prelude}
 
 MAIN = os.getpid()
-told = threading.Event()  # the loss was logged: generation 3's save was collected
+lost = []  # the library's lines that a state is not saved
+told = threading.Event()  # one was said
+two = threading.Event()  # two were
+never_r, never_w = os.pipe()  # no one writes
 
 class Told(logging.Handler):
     def emit(self, record):
         sys.stderr.write(self.format(record) + "\\n")
         if "this state is not saved" in record.getMessage():
+            lost.append(record.getMessage())
             told.set()
+            if len(lost) == 2:
+                two.set()
 
 logging.getLogger("resumable").addHandler(Told())
 
@@ -40,6 +45,24 @@ class DiesInAChild:
         if os.getpid() != MAIN:
             os.kill(os.getpid(), signal.SIGKILL)
         return (DiesInAChild, ())
+
+class Waits:
+    def __reduce__(self):
+        if os.getpid() != MAIN:
+            started()
+            os.read(never_r, 1)  # until killed
+        return (Waits, ())
+
+def started():  # (a script may tell another thread that the child pickles)
+    pass
+"""
+
+
+# Generation 3's state kills the process that pickles it when that is not the loop's
+# process: a forked child killed as the out-of-memory killer kills one (SIGKILL, no word).
+_KILLED_CHILD = _COMMON + """
+from resumable import checkpointed
+{prelude}
 
 @checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False,
               restarts={restarts}, restart_on=ValueError)
@@ -158,25 +181,10 @@ def test_an_interrupted_collect_ends_its_child_instead_of_waiting_for_it(
 # Steps 2 and 3 are forked, each child killed: step 2's once step 3's child exists (its
 # save then being read by the upload thread), step 3's at once. The first loss turns
 # forking off; the second must still be said.
-_TWO_KILLED = """
-import logging, os, signal, sys, threading
+_TWO_KILLED = _COMMON + """
 from resumable import checkpointed, _run
 
-MAIN = os.getpid()
 GO = {go!r}
-lost = []
-two = threading.Event()
-
-class Told(logging.Handler):
-    def emit(self, record):
-        sys.stderr.write(self.format(record) + "\\n")
-        if "this state is not saved" in record.getMessage():
-            lost.append(record.getMessage())
-            if len(lost) == 2:
-                two.set()
-
-logging.getLogger("resumable").addHandler(Told())
-
 reading_2 = threading.Event()
 materialize = _run.Snapshot.materialize
 
@@ -226,27 +234,11 @@ def test_every_state_lost_to_a_killed_child_is_said(tmp_path: Path) -> None:
 
 
 # every=2: the child of step 4 (due) is killed; step 5, the last, is not due.
-_KILLED_BEFORE_A_LAST_YIELD_NOT_DUE = """
-import glob, logging, os, signal, sys, threading
+_KILLED_BEFORE_A_LAST_YIELD_NOT_DUE = _COMMON + """
+import glob
 from resumable import checkpointed
 
-MAIN = os.getpid()
-told = threading.Event()
-
-class Told(logging.Handler):
-    def emit(self, record):
-        sys.stderr.write(self.format(record) + "\\n")
-        if "this state is not saved" in record.getMessage():
-            told.set()
-
-logging.getLogger("resumable").addHandler(Told())
 logging.getLogger("resumable").setLevel(logging.INFO)
-
-class DiesInAChild:
-    def __reduce__(self):
-        if os.getpid() != MAIN:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return (DiesInAChild, ())
 
 @checkpointed(store={store!r}, run_id="r", every=2, capture_rng=False)
 def body(*, state=None):
@@ -282,29 +274,13 @@ def test_the_closing_line_names_the_newest_checkpoint_saved_not_one_lost(
 # An f.iter iterator advanced by a worker thread to step 2 (forked there; its child waits
 # for ever), then the thread ends: the kernel's parent-death signal, tied to the thread
 # that forked, kills the child. The main thread consumes the rest.
-_THREAD_ENDS = """
-import logging, os, sys, threading
+_THREAD_ENDS = _COMMON + """
 from resumable import checkpointed
 
-MAIN = os.getpid()
-told = threading.Event()
-
-class Told(logging.Handler):
-    def emit(self, record):
-        sys.stderr.write(self.format(record) + "\\n")
-        if "this state is not saved" in record.getMessage():
-            told.set()
-
-logging.getLogger("resumable").addHandler(Told())
-never_r, never_w = os.pipe()
 started_r, started_w = os.pipe()
 
-class Waits:
-    def __reduce__(self):
-        if os.getpid() != MAIN:
-            os.write(started_w, b"x")  # (its parent-death signal is set by now)
-            os.read(never_r, 1)  # until killed
-        return (Waits, ())
+def started():
+    os.write(started_w, b"x")  # (its parent-death signal is set by now)
 
 def advance():
     next(it), next(it)
@@ -346,18 +322,8 @@ def test_a_child_killed_as_the_thread_that_forked_it_ends_is_said_to_be_so(
 # fails, and the call waits for that save (the last yielded state is saved when the body
 # raises). A Ctrl-C there is held ("stopping once the save under way is handed over"); a
 # second one must stop at once, the child ended, not waited for up to the fork timeout.
-_CTRL_C_TWICE = """
-import os, signal, sys, threading
+_CTRL_C_TWICE = _COMMON + """
 from resumable import checkpointed
-
-MAIN = os.getpid()
-never_r, never_w = os.pipe()
-
-class Waits:
-    def __reduce__(self):
-        if os.getpid() != MAIN:
-            os.read(never_r, 1)  # until killed
-        return (Waits, ())
 
 # stderr through a pipe read here, to see when the first Ctrl-C is held
 err_r, err_w = os.pipe()
