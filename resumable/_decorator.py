@@ -625,6 +625,15 @@ class _Execution:
             if child is not None and snap is not keep:
                 child.cancel()
 
+    def _give_up_children(self) -> None:
+        """A Ctrl-C stops the call at once: the saves whose children still pickle are
+        given up, each said."""
+        for snap in self.forked:
+            if snap.forked is not None:
+                log.warning("run %s: Ctrl-C: the save of step %d, whose child process was "
+                            "still pickling it, is given up", self.run.where(), snap.step)
+        self._end_children()
+
     def _sized(self, size: int) -> None:
         self.state_size = size
 
@@ -662,12 +671,9 @@ class _Execution:
                         log.error("run %s: %s; this state is not saved", self.run.where(), err)
                         return
                     self.fork = False
-                    hint = ("does the state's pickling take a lock that another thread "
-                            "holds? $RESUMABLE_FORK_TIMEOUT sets the time"
-                            if not isinstance(err, _forked.Killed) else
-                            "a forked child needs memory beside the loop's: raise the "
-                            "memory limit, or set RESUMABLE_SNAPSHOT_FORK=0" if err.oom else
-                            "so that no other state is lost this way")
+                    hint = (err.hint if isinstance(err, _forked.Killed) else
+                            "does the state's pickling take a lock that another thread "
+                            "holds? $RESUMABLE_FORK_TIMEOUT sets the time")
                     log.error("run %s: %s; this state is not saved, and snapshots are "
                               "taken on the loop's thread for the rest of this call (%s)",
                               self.run.where(), err, hint)
@@ -1202,12 +1208,14 @@ class _Execution:
                 if self.last_snap is not None:
                     cleanup.callback(self.last_snap.release)
                 cleanup.callback(self.uploader.close)
-                if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                if isinstance(sys.exc_info()[1], KeyboardInterrupt) and _signals.at_once():
                     # A Ctrl-C that stops at once (a second one while the save under way
                     # is handed over): forked children still pickling are ended first, or
                     # closing the uploader would wait for them, up to the fork timeout
-                    # (review 156)
-                    cleanup.callback(self._end_children)
+                    # (review 156). Not for any other KeyboardInterrupt: a first Ctrl-C
+                    # (raised at once under the application's own handler) leaves the
+                    # saves handed over to finish (review 158).
+                    cleanup.callback(self._give_up_children)
                 if progress is not None:
                     cleanup.callback(progress.close)
                 if gen is not None:

@@ -65,9 +65,10 @@ class Killed(Stuck):
     memory), unless ``oom`` is false. Its snapshot is lost, as a stuck child's is; the
     state itself may well pickle, so this is no ``SerializationError``."""
 
-    def __init__(self, message: str, *, oom: bool = True) -> None:
+    def __init__(self, message: str, *, hint: str = "a forked child needs memory beside "
+                 "the loop's: raise the memory limit, or set RESUMABLE_SNAPSHOT_FORK=0") -> None:
         super().__init__(message)
-        self.oom = oom
+        self.hint = hint  # what to do
 
 
 def available() -> bool:
@@ -281,14 +282,17 @@ class Forked:
                 f"signal resumable gave it, because the thread that forked it "
                 f"({self.thread.name}) ended before it had pickled (the kernel ties that "
                 "signal to the thread: keep a run's iterator on a thread that outlives its "
-                "saves, or set RESUMABLE_SNAPSHOT_FORK=0)", oom=False)
+                "saves, or set RESUMABLE_SNAPSHOT_FORK=0)",
+                hint="so that no other state is lost this way")
         if status is None:
+            # (not a pickling error, which the child sends; a crash or a kill)
             return Killed(
                 f"{self.what}: the child process pickling it ended without sending it, and "
                 "another reaper took its exit status (SIGCHLD ignored, or the application "
-                "reaps children); killed, most likely by the out-of-memory killer (a child's "
-                "copy-on-write pages and its pickle count against the memory limit): a "
-                "pickling error would have been sent")
+                "reaps children), so why is unknown: killed (by the out-of-memory killer?) "
+                "or crashed",
+                hint="if it recurs, set RESUMABLE_SNAPSHOT_FORK=0 to pickle on the loop's "
+                     "thread and see any error there")
         return Killed(
             f"{self.what}: the child process pickling it was killed by SIGKILL, which "
             "resumable did not send (the out-of-memory killer? the child's copy-on-write "

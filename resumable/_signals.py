@@ -1334,18 +1334,32 @@ _held_error: BaseException | None = None  # what the lent handler raised for a h
 _ctrl_c_after = False
 
 
+# A second Ctrl-C raised at once while one was held: the calls it ends give up their
+# saves still under way rather than wait for them (see at_once). Cleared by the next
+# Ctrl-C that is held, and when an outermost call starts.
+_at_once = False
+
+
+def at_once() -> bool:
+    """Whether the KeyboardInterrupt under way is a Ctrl-C that stops at once (a second
+    one while the first was held), not one the body or the application raised."""
+    return _at_once
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    global _sigint_held, _held_error, _ctrl_c_after
+    global _sigint_held, _held_error, _ctrl_c_after, _at_once
     if _shielded and os.getpid() == _sigint_pid and (
             not _sigint_held or (_holds_another() and not _ctrl_c_after)):
         if _sigint_held:
             _ctrl_c_after = True  # (the first Ctrl-C: after what is held)
         _sigint_held = True
+        _at_once = False
         # no logging here: the interrupted code may hold the logging lock
         with contextlib.suppress(OSError):
             os.write(2, b"resumable: Ctrl-C: stopping once the save under way is handed "
                         b"over (Ctrl-C again stops at once)\n")
         return
+    _at_once = _shielded and _sigint_held and os.getpid() == _sigint_pid
     _sigint_held, _held_error, _ctrl_c_after = False, None, False
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without us
 
@@ -1373,9 +1387,11 @@ def _holds_another() -> bool:
 def sigint_begin() -> bool | None:
     """A call starts in the main thread: shield it (installing the handler if Python's
     default one is there). Returns what ``sigint_end`` needs; None: not shielded."""
-    global _shielded, _sigint_calls, _sigint_pid, _lent
+    global _shielded, _sigint_calls, _sigint_pid, _lent, _at_once
     if threading.current_thread() is not threading.main_thread():
         return None
+    if _sigint_calls == 0:
+        _at_once = False  # (a Ctrl-C that ended an earlier call, caught by the program)
     # (no call under way: nothing to go back to, whatever a Ctrl-C left the flag at)
     outer = _shielded and _sigint_calls > 0
     _shielded = True  # first: a Ctrl-C once ours is in place is held, not lost
