@@ -1050,6 +1050,11 @@ class _Execution:
                         log.warning("run %s: body raised %s after SIGTERM: %s", run.where(),
                                     type(err).__name__, err)
                         raise _signals.terminated() from err
+                    if _signals.at_once(err):
+                        # A Ctrl-C that stops at once, come out of a call in the body: this
+                        # call's saves still pickled by children are given up too, not
+                        # waited for (review 159: up to the fork timeout)
+                        self._give_up_children()
                     self._flush_after_error(err)
                     failures = fails[step + 1] = fails.get(step + 1, 0) + 1
                     if (isinstance(err, self.opts.restart_on)
@@ -1208,7 +1213,7 @@ class _Execution:
                 if self.last_snap is not None:
                     cleanup.callback(self.last_snap.release)
                 cleanup.callback(self.uploader.close)
-                if isinstance(sys.exc_info()[1], KeyboardInterrupt) and _signals.at_once():
+                if _signals.at_once(sys.exc_info()[1]):
                     # A Ctrl-C that stops at once (a second one while the save under way
                     # is handed over): forked children still pickling are ended first, or
                     # closing the uploader would wait for them, up to the fork timeout

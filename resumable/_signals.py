@@ -1334,33 +1334,41 @@ _held_error: BaseException | None = None  # what the lent handler raised for a h
 _ctrl_c_after = False
 
 
-# A second Ctrl-C raised at once while one was held: the calls it ends give up their
-# saves still under way rather than wait for them (see at_once). Cleared by the next
-# Ctrl-C that is held, and when an outermost call starts.
-_at_once = False
+# A second Ctrl-C, raised at once while one was held, is marked so: every call it ends
+# (nested ones, and the calls around them) gives up its saves still under way rather
+# than wait for them. A mark on the exception, not a flag of the process: a later
+# KeyboardInterrupt (the body's own, another thread's) is not taken for it (review 159).
+_AT_ONCE = "_resumable_stops_at_once"
 
 
-def at_once() -> bool:
-    """Whether the KeyboardInterrupt under way is a Ctrl-C that stops at once (a second
-    one while the first was held), not one the body or the application raised."""
-    return _at_once
+def _at_once(err: BaseException) -> BaseException:
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(err, _AT_ONCE, True)
+    return err
+
+
+def at_once(err: BaseException | None) -> bool:
+    """Whether ``err`` is a Ctrl-C that stops at once (a second one while the first was
+    held), not one the body or the application raised."""
+    return err is not None and getattr(err, _AT_ONCE, False) is True
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    global _sigint_held, _held_error, _ctrl_c_after, _at_once
+    global _sigint_held, _held_error, _ctrl_c_after
     if _shielded and os.getpid() == _sigint_pid and (
             not _sigint_held or (_holds_another() and not _ctrl_c_after)):
         if _sigint_held:
             _ctrl_c_after = True  # (the first Ctrl-C: after what is held)
         _sigint_held = True
-        _at_once = False
         # no logging here: the interrupted code may hold the logging lock
         with contextlib.suppress(OSError):
             os.write(2, b"resumable: Ctrl-C: stopping once the save under way is handed "
                         b"over (Ctrl-C again stops at once)\n")
         return
-    _at_once = _shielded and _sigint_held and os.getpid() == _sigint_pid
+    second = _shielded and _sigint_held and os.getpid() == _sigint_pid
     _sigint_held, _held_error, _ctrl_c_after = False, None, False
+    if second:
+        raise _at_once(KeyboardInterrupt())
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without us
 
 
@@ -1387,11 +1395,9 @@ def _holds_another() -> bool:
 def sigint_begin() -> bool | None:
     """A call starts in the main thread: shield it (installing the handler if Python's
     default one is there). Returns what ``sigint_end`` needs; None: not shielded."""
-    global _shielded, _sigint_calls, _sigint_pid, _lent, _at_once
+    global _shielded, _sigint_calls, _sigint_pid, _lent
     if threading.current_thread() is not threading.main_thread():
         return None
-    if _sigint_calls == 0:
-        _at_once = False  # (a Ctrl-C that ended an earlier call, caught by the program)
     # (no call under way: nothing to go back to, whatever a Ctrl-C left the flag at)
     outer = _shielded and _sigint_calls > 0
     _shielded = True  # first: a Ctrl-C once ours is in place is held, not lost
@@ -1477,8 +1483,11 @@ def unshield() -> None:
                 # with the library's handler, a Ctrl-C held for a whole generation)
                 before = err
                 continue
-            if _sigint_held or not from_sigint(err):
-                raise  # (a second one; or not a Ctrl-C)
+            if _sigint_held and from_sigint(err):
+                _at_once(err)
+                raise  # (a second one)
+            if not from_sigint(err):
+                raise  # (not a Ctrl-C)
             _sigint_held, _held_error = True, err
     _shielded = False
     if before is not None:
@@ -1509,7 +1518,7 @@ def shield(came: BaseException | None = None) -> BaseException | None:
                         raise  # (not a Ctrl-C: the SIGTERM handler's, as before)
                     if came is not None or (_get_handler(_SIGINT) is _on_sigint
                                              and isinstance(err, KeyboardInterrupt)):
-                        return err  # (two; or ours raised it, holding one already)
+                        return _at_once(err)  # (two; or ours raised it, holding one)
                     came = err  # (not swapped: signal.signal() ran the lent handler first)
     if came is None:
         return None
@@ -1517,7 +1526,7 @@ def shield(came: BaseException | None = None) -> BaseException | None:
         if _holds_another() and isinstance(came, KeyboardInterrupt) and not _ctrl_c_after:
             _ctrl_c_after = True  # the first Ctrl-C, after what is held (review 57)
             return None
-        return came  # a second Ctrl-C: at once, as ours does
+        return _at_once(came)  # a second Ctrl-C: at once, as ours does
     _sigint_held, _held_error = True, came
     return None
 

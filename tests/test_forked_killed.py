@@ -324,7 +324,7 @@ def test_a_child_killed_as_the_thread_that_forked_it_ends_is_said_to_be_so(
 # fails, and the call waits for that save (the last yielded state is saved when the body
 # raises). A Ctrl-C there is held ("stopping once the save under way is handed over"); a
 # second one must stop at once, the child ended, not waited for up to the fork timeout.
-_CTRL_C_TWICE = _COMMON + """
+_CTRL_C_PRESSED = _COMMON + """
 from resumable import checkpointed
 
 # stderr through a pipe read here, to see when the first Ctrl-C is held
@@ -353,6 +353,22 @@ def press():
 
 threading.Thread(target=press, daemon=True).start()
 
+"""
+
+# The call's end: what it ended with, and the children of this process left
+_ENDED = """
+try:
+    {call}()
+except BaseException as err:
+    print("ended with", type(err).__name__, flush=True)
+children = []
+for task in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{{{{task}}}}/children") as f:
+        children += f.read().split()
+print("children", children, flush=True)
+"""
+
+_CTRL_C_TWICE = _CTRL_C_PRESSED + """
 @checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
 def body(*, state=None):
     state = state or {{"gen": 0}}
@@ -365,16 +381,7 @@ def body(*, state=None):
             raise ValueError("generation 4 fails")
     return state["gen"]
 
-try:
-    body()
-except BaseException as err:
-    print("ended with", type(err).__name__, flush=True)
-children = []
-for task in os.listdir("/proc/self/task"):
-    with open(f"/proc/self/task/{{task}}/children") as f:
-        children += f.read().split()
-print("children", children, flush=True)
-"""
+""" + _ENDED.format(call="body")
 
 
 def test_a_second_ctrl_c_ends_a_stuck_forked_child_instead_of_waiting_for_it(
@@ -389,6 +396,94 @@ def test_a_second_ctrl_c_ends_a_stuck_forked_child_instead_of_waiting_for_it(
     # Review 158: the state given up is said
     assert "the save of step 3, whose child process was still pickling it, is given up" \
         in proc.stderr, proc.stderr[-3000:]
+
+
+# The same in a call made in another call's body, each with a child still pickling: the
+# second Ctrl-C must stop both, not only the inner one.
+_CTRL_C_TWICE_NESTED = _CTRL_C_PRESSED + """
+@checkpointed(store={store!r}, run_id="inner", every="generation", capture_rng=False)
+def inner(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        state["bomb"] = Waits() if state["gen"] == 3 else None
+        yield state
+        if state["gen"] == 3:
+            failed.set()
+            raise ValueError("generation 4 fails")
+    return state["gen"]
+
+@checkpointed(store={store!r}, run_id="outer", every="generation", capture_rng=False)
+def outer(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        state["bomb"] = Waits() if state["gen"] == 3 else None
+        yield state
+        if state["gen"] == 3:
+            inner()
+    return state["gen"]
+
+""" + _ENDED.format(call="outer")
+
+
+def test_a_second_ctrl_c_in_a_nested_call_ends_the_outer_calls_children_too(
+        tmp_path: Path) -> None:
+    """Review 159: the outer call, reached by the inner one's KeyboardInterrupt, waited
+    for its own stuck child up to $RESUMABLE_FORK_TIMEOUT (here 600 s: the run's
+    timeout), and a third Ctrl-C was held as a first one."""
+    proc = run_script(tmp_path, _CTRL_C_TWICE_NESTED.format(store=str(tmp_path / "s")),
+                      timeout=120, RESUMABLE_SNAPSHOT_FORK="1", RESUMABLE_FORK_TIMEOUT="600")
+    assert "ended with KeyboardInterrupt" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    assert "children []" in proc.stdout, proc.stdout
+    for run in ("inner", "outer"):
+        assert f"{run}: Ctrl-C: the save of step 3, whose child process was still pickling " \
+            "it, is given up" in proc.stderr, proc.stderr[-3000:]
+
+
+# A KeyboardInterrupt the body raises itself, after a second Ctrl-C ended an earlier call
+# that the program caught: that earlier Ctrl-C must not make this call give up its save.
+_OWN_INTERRUPT_AFTER_A_CAUGHT_CTRL_C = _CTRL_C_TWICE.replace(
+    'print("ended with", type(err).__name__, flush=True)',
+    'print("first ended with", type(err).__name__, flush=True)') + """
+GO = {go!r}
+
+class Slow:  # pickled once the body has raised
+    def __reduce__(self):
+        while os.getpid() != MAIN and not os.path.exists(GO):
+            threading.Event().wait(0.01)
+        return (Slow, ())
+
+@checkpointed(store={store!r}, run_id="later", every="generation", capture_rng=False)
+def later(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 5:
+        state["gen"] += 1
+        state["bomb"] = Slow() if state["gen"] == 3 else None
+        yield state
+        if state["gen"] == 3:
+            threading.Timer(0, lambda: open(GO, "w").close()).start()
+            raise KeyboardInterrupt  # the body's own
+    return state["gen"]
+
+try:
+    later()
+except KeyboardInterrupt:
+    print("later newest", later.latest().step, flush=True)
+"""
+
+
+def test_a_later_keyboard_interrupt_of_the_body_lets_its_saves_finish(
+        tmp_path: Path) -> None:
+    """Review 159: 9d3d289 kept "a Ctrl-C stops at once" in a flag of the process, left
+    set once the program caught that Ctrl-C; the mark is now on the exception itself."""
+    proc = run_script(tmp_path, _OWN_INTERRUPT_AFTER_A_CAUGHT_CTRL_C.format(
+        store=str(tmp_path / "s"), go=str(tmp_path / "go")), timeout=120,
+        RESUMABLE_SNAPSHOT_FORK="1", RESUMABLE_FORK_TIMEOUT="600")
+    assert "first ended with KeyboardInterrupt" in proc.stdout, (proc.stdout,
+                                                                proc.stderr[-3000:])
+    assert "later newest 3" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    assert "later: Ctrl-C" not in proc.stderr, proc.stderr[-3000:]
 
 
 # The application's own SIGINT handler (raising KeyboardInterrupt: no shield, a Ctrl-C is
