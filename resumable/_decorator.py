@@ -629,9 +629,15 @@ class _Execution:
         """A Ctrl-C stops the call at once: the saves whose children still pickle are
         given up, each said."""
         for snap in self.forked:
-            if snap.forked is not None:
-                log.warning("run %s: Ctrl-C: the save of step %d, whose child process was "
-                            "still pickling it, is given up", self.run.where(), snap.step)
+            child = snap.forked
+            if child is not None:
+                # (one that has pickled and sends may have sent all: that save goes on)
+                sending = isinstance(child, _forked.Forked) and child.sending
+                log.warning("run %s: Ctrl-C: the save of step %d, %s, is given up%s",
+                            self.run.where(), snap.step,
+                            "whose child process was sending it" if sending else
+                            "whose child process was still pickling it",
+                            " unless it had all been sent" if sending else "")
         self._end_children()
 
     def _sized(self, size: int) -> None:

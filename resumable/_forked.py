@@ -192,6 +192,7 @@ class Forked:
         self.fd: int | None = r
         self._lock = threading.Lock()
         self._reading = False
+        self.sending = False  # its first byte came: it has pickled, and sends
         self.cancelled = False
         self.started = time.monotonic()
 
@@ -232,6 +233,7 @@ class Forked:
             try:
                 self._wait_first_byte(fd, deadline)
                 tag = _read_exact(fd, 1)
+                self.sending = True
                 if tag == _ERR:
                     kind = _read_exact(fd, 1)
                     text = _read_exact(fd, _U64.unpack(_read_exact(fd, 8))[0])
@@ -269,6 +271,7 @@ class Forked:
                     self._kill()
                 self._close()
                 self._reap()
+
 
     def _killed(self, status: int | None) -> Killed:
         """What a child that sent nothing and died of SIGKILL (or of what is unknown:
