@@ -368,20 +368,25 @@ for task in os.listdir("/proc/self/task"):
 print("children", children, flush=True)
 """
 
-_CTRL_C_TWICE = _CTRL_C_PRESSED + """
-@checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
-def body(*, state=None):
+# A call whose body fails after step 3, whose state's child (BOMB's: Waits's unless the
+# script says otherwise) never finishes pickling
+_FAILS_AFTER_3 = """
+BOMB = globals().get("BOMB", Waits)
+
+@checkpointed(store={store!r}, run_id="inner", every="generation", capture_rng=False)
+def inner(*, state=None):
     state = state or {{"gen": 0}}
     while state["gen"] < 5:
         state["gen"] += 1
-        state["bomb"] = Waits() if state["gen"] == 3 else None
+        state["bomb"] = BOMB() if state["gen"] == 3 else None
         yield state
         if state["gen"] == 3:
             failed.set()
             raise ValueError("generation 4 fails")
     return state["gen"]
+"""
 
-""" + _ENDED.format(call="body")
+_CTRL_C_TWICE = _CTRL_C_PRESSED + _FAILS_AFTER_3 + _ENDED.format(call="inner")
 
 
 def test_a_second_ctrl_c_ends_a_stuck_forked_child_instead_of_waiting_for_it(
@@ -400,19 +405,7 @@ def test_a_second_ctrl_c_ends_a_stuck_forked_child_instead_of_waiting_for_it(
 
 # The same in a call made in another call's body, each with a child still pickling: the
 # second Ctrl-C must stop both, not only the inner one.
-_CTRL_C_TWICE_NESTED = _CTRL_C_PRESSED + """
-@checkpointed(store={store!r}, run_id="inner", every="generation", capture_rng=False)
-def inner(*, state=None):
-    state = state or {{"gen": 0}}
-    while state["gen"] < 5:
-        state["gen"] += 1
-        state["bomb"] = Waits() if state["gen"] == 3 else None
-        yield state
-        if state["gen"] == 3:
-            failed.set()
-            raise ValueError("generation 4 fails")
-    return state["gen"]
-
+_CTRL_C_TWICE_NESTED = _CTRL_C_PRESSED + _FAILS_AFTER_3 + """
 @checkpointed(store={store!r}, run_id="outer", every="generation", capture_rng=False)
 def outer(*, state=None):
     state = state or {{"gen": 0}}
@@ -515,23 +508,13 @@ def press():
 
 threading.Thread(target=press, daemon=True).start()
 
-@checkpointed(store={store!r}, run_id="r", every="generation", capture_rng=False)
-def body(*, state=None):
-    state = state or {{"gen": 0}}
-    while state["gen"] < 5:
-        state["gen"] += 1
-        state["bomb"] = Slow() if state["gen"] == 3 else None
-        yield state
-        if state["gen"] == 3:
-            failed.set()
-            raise ValueError("generation 4 fails")
-    return state["gen"]
-
+BOMB = Slow
+""" + _FAILS_AFTER_3 + """
 try:
-    body()
+    inner()
 except BaseException as err:
     print("ended with", type(err).__name__, flush=True)
-print("newest", body.latest().step, flush=True)
+print("newest", inner.latest().step, flush=True)
 """
 
 
