@@ -1349,8 +1349,17 @@ def _at_once(err: BaseException) -> BaseException:
 
 def at_once(err: BaseException | None) -> bool:
     """Whether ``err`` is a Ctrl-C that stops at once (a second one while the first was
-    held), not one the body or the application raised."""
-    return err is not None and getattr(err, _AT_ONCE, False) is True
+    held), not one the body or the application raised; or a KeyboardInterrupt raised
+    while such a one was on its way out (a third Ctrl-C, by Python's handler, as the
+    body's frames unwind: it takes the place of the one marked)."""
+    seen = 0
+    while err is not None and seen < 8:
+        if getattr(err, _AT_ONCE, False) is True:
+            return True
+        if not isinstance(err, KeyboardInterrupt):
+            return False
+        err, seen = err.__context__, seen + 1
+    return False
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:

@@ -341,14 +341,15 @@ def tee():
         if b"stopping once the save under way" in seen:
             held.set()
 
-threading.Thread(target=tee, daemon=True).start()
+tee_thread = threading.Thread(target=tee, daemon=True)
+tee_thread.start()
 failed = threading.Event()
 
 def press():
     failed.wait()
     while not held.is_set():  # (one pressed while the body still runs is its own)
         os.kill(MAIN, signal.SIGINT)
-        held.wait(0.5)
+        held.wait(5)
     os.kill(MAIN, signal.SIGINT)
 
 threading.Thread(target=press, daemon=True).start()
@@ -366,6 +367,11 @@ for task in os.listdir("/proc/self/task"):
     with open(f"/proc/self/task/{{{{task}}}}/children") as f:
         children += f.read().split()
 print("children", children, flush=True)
+# what is still in the pipe reaches stderr before the process ends (the tee is a daemon)
+sys.stderr.flush()
+os.dup2(real_stderr, 2)
+os.close(err_w)
+tee_thread.join(60)
 """
 
 # A call whose body fails after step 3, whose state's child (BOMB's: Waits's unless the
