@@ -23,6 +23,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 _COMMON = """
 import logging, os, signal, sys, threading
 
+# (Python's own handler: a background job, CI's say, inherits SIGINT as SIG_IGN)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 MAIN = os.getpid()
 lost = []  # the library's lines that a state is not saved
 told = threading.Event()  # one was said
@@ -130,6 +132,8 @@ def test_a_restart_after_a_killed_child_begins_from_the_store(tmp_path: Path) ->
 _INTERRUPTED = """
 import os, signal, sys, threading
 from resumable import _forked
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (not SIG_IGN: see _COMMON)
 
 started_r, started_w = os.pipe()
 never_r, never_w = os.pipe()
