@@ -673,16 +673,16 @@ class _Execution:
                 except _forked.Stuck as err:
                     # Each lost state is said (review 156: a second child killed while
                     # the first's loss turned forking off was lost without a word)
-                    if not self.fork:
-                        log.error("run %s: %s; this state is not saved", self.run.where(), err)
-                        return
-                    self.fork = False
-                    hint = (err.hint if isinstance(err, _forked.Killed) else
-                            "does the state's pickling take a lock that another thread "
-                            "holds? $RESUMABLE_FORK_TIMEOUT sets the time")
-                    log.error("run %s: %s; this state is not saved, and snapshots are "
-                              "taken on the loop's thread for the rest of this call (%s)",
-                              self.run.where(), err, hint)
+                    after = ""
+                    if self.fork:  # the first: forking ends
+                        self.fork = False
+                        after = ", and snapshots are taken on the loop's thread for the " \
+                            "rest of this call (%s)" % (
+                                err.hint if isinstance(err, _forked.Killed) else
+                                "does the state's pickling take a lock that another "
+                                "thread holds? $RESUMABLE_FORK_TIMEOUT sets the time")
+                    log.error("run %s: %s; this state is not saved%s", self.run.where(), err,
+                              after)
                     return
                 except _forked.Superseded:
                     return  # its child was ended: a newer state is saved after it

@@ -62,8 +62,9 @@ class Stuck(Superseded):
 class Killed(Stuck):
     """A child killed by a SIGKILL its parent did not send: the out-of-memory killer's,
     most likely (the child's copy-on-write pages and its pickle count against the pod's
-    memory), unless ``oom`` is false. Its snapshot is lost, as a stuck child's is; the
-    state itself may well pickle, so this is no ``SerializationError``."""
+    memory), unless its message says otherwise; ``hint`` says what to do. Its snapshot is
+    lost, as a stuck child's is; the state itself may well pickle, so this is no
+    ``SerializationError``."""
 
     def __init__(self, message: str, *, hint: str = "a forked child needs memory beside "
                  "the loop's: raise the memory limit, or set RESUMABLE_SNAPSHOT_FORK=0") -> None:
@@ -271,7 +272,6 @@ class Forked:
                     self._kill()
                 self._close()
                 self._reap()
-
 
     def _killed(self, status: int | None) -> Killed:
         """What a child that sent nothing and died of SIGKILL (or of what is unknown:
