@@ -21,7 +21,13 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from . import _forked, _identity, _rng, _settings, _signals, _spill
 from ._audit import AuditReport, audit
-from ._errors import ConfigurationError, FencedError, ResumableError, StoreError
+from ._errors import (
+    ConfigurationError,
+    FencedError,
+    ResumableError,
+    SerializationError,
+    StoreError,
+)
 from ._policy import EveryN, EverySeconds, KeepLast, SavePolicy, parse_every
 from ._progress import Bar, Progress
 from ._run import _POOLED, RNG_END, BufferPool, Checkpoint, Run, Snapshot, parse_ckpt_name
@@ -152,7 +158,7 @@ class CheckpointedFunction(Generic[P, R]):
 
     def latest(self, *args: P.args, **kwargs: P.kwargs) -> Checkpoint | None:
         """The newest valid checkpoint of this call's run, or None."""
-        return self._run(args, kwargs)[0].load_latest()
+        return self._run(args, kwargs)[0].load_latest(finals=True)
 
     def reset(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Delete the run's checkpoints and result, so the next call starts fresh."""
@@ -381,7 +387,6 @@ class _Execution:
         self.sigint_thread = 0  # the thread that called sigint_begin
         self.own_consumer = False  # states() consumed by __call__ (no user code between)
         self.terminate = False  # SIGTERM: save the next yield's state, then stop
-        self.skipped_step = -1  # the last due yield not snapshotted: a large save uploaded
         # multiprocessing workers alive at the last yield and at the SIGTERM: a yield after
         # a signal ended one of them is not saved (see _signals.workers)
         self.workers: tuple[Any, ...] = ()
@@ -428,6 +433,7 @@ class _Execution:
         self.checked_result: tuple[bool, Any] | None = None
         self.identity_unchecked = False  # the run had no identity record (stored_result)
         self.stopping = False  # after SIGTERM: the body is done, the state is being saved
+        self.skipped_step = -1  # the last due yield not snapshotted: a large save uploaded
         self.at_yield = False  # the body yielded; its state is being snapshotted
         self.loading = False  # reading its result or checkpoint, before its body starts
 
@@ -467,10 +473,13 @@ class _Execution:
 
     # -- saving ---------------------------------------------------------------------
 
-    def _checkpoint(self, state: Any, step: int, *, force: bool = False) -> None:
+    def _checkpoint(self, state: Any, step: int, *, force: bool = False,
+                    returned: bool = False) -> None:
         """Snapshot ``state`` (the one yielded at ``step``) if due, and hand it to the uploader.
 
-        The previous snapshot is let go of first, so its buffers can be reused.
+        The previous snapshot is let go of first, so its buffers can be reused. ``returned``:
+        ``state`` is the object the body left at its return, saved as a final state (see
+        Checkpoint.final).
         """
         if not (force or self.terminate or self.every_yield or self.opts.every.due(
                 step, time.monotonic() - self.last_save if self.timed else 0.0)):
@@ -598,6 +607,7 @@ class _Execution:
             self.pool.make_room = None
             if held:
                 self.uploader.release_hold()
+        snap.final = returned
         self.fork_checked = True
         self.pickle_seconds = time.perf_counter() - started
         self.state_size = snap.size
@@ -615,6 +625,38 @@ class _Execution:
         submitted one is the last snapshot until the next, or saved in place: durable)."""
         return step == self.durable_step or (
             self.last_snap is not None and self.last_snap.step == step)
+
+    def _save_final(self, state: Any, step: int, start_step: int) -> str:
+        """At the body's return, the last yield not snapshotted (every=n, a duration):
+        save ``state``, the object the body left, as a final state; what to log once it
+        is durable.
+
+        The body ran on after that yield (a sort, a draw), so a resume (an extension; a
+        crash before the result is written) that started from it would differ from an
+        uninterrupted run (review 115): ``f.latest()`` gives it, a resume passes over it.
+        The saves of yielded states go first: it must not replace one still waiting, nor
+        end a child still pickling one.
+        """
+        self._flush_last()
+        newest = max(self._saved_step(), start_step)  # (saved at a yield: resumable)
+        why = ("was due, but not snapshotted while the previous save still uploaded (a "
+               "large state is not copied beside it)" if self.skipped_step == step
+               else "was not due")
+        where = self.run.where()
+        try:
+            self._checkpoint(state, step, force=True, returned=True)
+        except SerializationError as err:
+            # (only the object at the return: a yielded state that did not pickle raised
+            # at its yield. The body is done; failing here would fail every call again,
+            # with the result unwritten)
+            log.warning("run %s: the state the body left at its return cannot be saved "
+                        "(%s); its result is stored all the same", where, err)
+            return ""
+        return (f"run {where}: step {step}, its last, {why}: the state the body left at "
+                f"its return is saved as a final checkpoint, which no resume starts from "
+                f"(the body ran on after that yield); " + (
+                    f"the newest checkpoint a resume starts from is of step {newest}"
+                    if newest else "no checkpoint a resume starts from is stored"))
 
     def _end_children(self, keep: Snapshot | None = None) -> None:
         """End the children of forked snapshots not read yet, but ``keep``'s (their saves
@@ -1017,28 +1059,15 @@ class _Execution:
                     yielded = self._resume(gen)
                 except StopIteration as stop:
                     result = stop.value if stop.value is not None else last_state
-                    unsaved = None
-                    if step > start_step and not self.interrupted:
-                        if self._snapshotted(step):
-                            self._checkpoint(last_state, step, force=True)  # the final state
-                        else:
-                            # The last yield was not due (every=n, a duration): not
-                            # snapshotted, and the body ran on after it (a sort, a draw),
-                            # so the object is not that yield's state. Saved as it, a
-                            # resume (an extension; a crash before the result is
-                            # written) started from a state never yielded (review 115).
-                            unsaved = ("was due, but not snapshotted while the previous save "
-                                       "still uploaded (a large state is not copied beside "
-                                       "it)" if self.skipped_step == step else "was not due")
+                    said = ""
+                    if step > start_step and not self.interrupted and \
+                            self._snapshotted(step):
+                        self._checkpoint(last_state, step, force=True)  # the last yield's
+                    elif step > start_step and not self.interrupted:
+                        said = self._save_final(last_state, step, start_step)
                     self._flush_last()
-                    if unsaved is not None:
-                        # (after the flush: a snapshot submitted may have been lost, a
-                        # forked child killed; review 156)
-                        newest = max(self._saved_step(), start_step)
-                        log.info("run %s: step %d, its last, %s, so it is not saved (the "
-                                 "body ran on after that yield): %s", run.where(), step,
-                                 unsaved, f"the newest checkpoint is of step {newest}"
-                                 if newest else "no checkpoint of it is stored")
+                    if said:
+                        log.info(said)
                     end_rng = self._capture_rng()
                     if end_rng is not None:
                         run.check_fenced()

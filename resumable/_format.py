@@ -48,6 +48,11 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 ALIGN = 64  # frames start at multiples of this in version 2
 FLAG_SIGNED = 1
+# A checkpoint of the state the body left at its return, after its code past its last
+# yield (every=n or a duration, that yield not due): read by ``f.latest()``, never
+# resumed from (see Run.load_latest)
+FLAG_FINAL = 2
+_KNOWN_FLAGS = FLAG_SIGNED | FLAG_FINAL
 _VERSION_AT = 8  # (after the magic)
 _FIXED = struct.Struct("<8sHHIQQdQ32s32s")
 _DIGEST_AT = _FIXED.size - 64
@@ -95,6 +100,7 @@ class Header:
     frame_lengths: tuple[int, ...]
     header_len: int
     payload_len: int
+    final: bool = False  # FLAG_FINAL
 
     def frame_offsets(self) -> list[int]:
         """Where each frame starts in the object."""
@@ -171,6 +177,7 @@ def encode(
     created: float,
     name: str = "",
     key: bytes | None = None,
+    final: bool = False,
 ) -> Encoded:
     """Header plus the frames, each padded to 64 bytes, as a zero-copy list of buffers."""
     if len(frames) > MAX_FRAMES:
@@ -199,7 +206,7 @@ def encode(
     )
     table_end = _FIXED.size + len(tail)
     header_len = table_end + _pad(table_end)
-    flags = FLAG_SIGNED if key else 0
+    flags = (FLAG_SIGNED if key else 0) | (FLAG_FINAL if final else 0)
     header = bytearray(
         _FIXED.pack(
             MAGIC, VERSION, flags, header_len, step, epoch, created, payload_len, _ZERO32, _ZERO32
@@ -337,7 +344,7 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
             f"{readable}); it was written by a newer resumable: upgrade resumable to "
             "read it" + ("" if whole else " (or it is damaged: a header alone cannot "
                          "tell; `resumable verify` reads the whole object)"), newer=True)
-    if flags & ~FLAG_SIGNED:
+    if flags & ~_KNOWN_FLAGS:
         raise InvalidObject(f"unknown flags {flags:#x}")
     _check_lengths(header_len, payload_len, n)
     if header_len > view.nbytes:
@@ -370,6 +377,7 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
     return Header(
         version=version,
         signed=bool(flags & FLAG_SIGNED),
+        final=bool(flags & FLAG_FINAL),
         step=step,
         epoch=epoch,
         created=created,

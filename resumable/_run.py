@@ -113,6 +113,10 @@ class Checkpoint:
     key: str
     epoch: int
     rng: _rng.RngState | None = field(default=None, repr=False)
+    # The state as the body left it at its return, saved because its last yield was not
+    # snapshotted (every=n or a duration): the code past that yield may have changed it
+    # (a sort, a draw), so no resume or extension starts from it
+    final: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -135,6 +139,7 @@ class Snapshot:
     # spilled to (_spill): frames[1:] come from it
     forked: _forked.Forked | _spill.Spilled | None = None
     failed: BaseException | None = None  # what reading them raised
+    final: bool = False  # the state at the body's return (see Checkpoint.final)
     # Told the size of a forked child's frames once read: the next due yield's hint
     on_size: Callable[[int], None] | None = None
     deadline: float | None = None  # time.monotonic() by which a forked child must have pickled
@@ -313,6 +318,7 @@ class Run:
         self.epoch = 0
         self.result_epoch = 0  # set by load_result
         self._known: list[str] = []  # checkpoint names of this run, ascending (for retention)
+        self._finals: set[str] = set()  # those known to hold a final state (Checkpoint.final)
         self._own_record: bytes | None = None  # our attempt record as last written
         self._pid = os.getpid()  # the attempt's process: a child the body forks writes nothing
 
@@ -443,8 +449,12 @@ class Run:
             return str(base) if base is not None and name > str(base) else None
         return None
 
-    def load_latest(self, *, with_state: bool = True) -> Checkpoint | None:
+    def load_latest(self, *, with_state: bool = True, finals: bool = False) -> Checkpoint | None:
         """The newest checkpoint that passes verification; older ones are fallbacks.
+
+        A final state (``Checkpoint.final``) is the newest only with ``finals``
+        (``f.latest()``); a resume never starts from one, but from the newest state that
+        was yielded and saved, or afresh.
 
         Checkpoints a superseded attempt wrote after a newer one took over come last: they
         are used only when nothing else verifies (the newer attempt's base is gone, e.g.
@@ -455,7 +465,7 @@ class Run:
         found: Checkpoint | None = None
         failures: list[tuple[str, _format.InvalidObject]] = []
         for _listing in range(RELISTS):
-            found, vanished, failures = self._load_listed(with_state)
+            found, vanished, failures = self._load_listed(with_state, finals)
             seen_vanish += vanished
             if found is not None or not vanished:
                 break
@@ -477,6 +487,10 @@ class Run:
         if not failures:
             return None
         summary = "; ".join(f"{n}: {e.reason}" for n, e in failures)
+        passed = sorted(n for n in self._finals if n in self._known)
+        if passed:
+            summary += (f"; {passed[-1]} passes, but holds the state the body left at its "
+                        "return, which no resume starts from")
         if all(e.newer for _, e in failures):
             # Valid work of a newer version (the pods' image rolled back): deleting the
             # run, as the advice below says, would lose it (review 106)
@@ -493,7 +507,7 @@ class Run:
             f"{self.rm_command()} to start over"
         )
 
-    def _load_listed(self, with_state: bool) -> tuple[
+    def _load_listed(self, with_state: bool, finals: bool = False) -> tuple[
             Checkpoint | None, list[str], list[tuple[str, _format.InvalidObject]]]:
         """One listing's newest verified checkpoint, the names that vanished, the failures."""
         names = self.checkpoint_names()
@@ -514,16 +528,27 @@ class Run:
                 superseded.append((name, base))
                 continue
             found = self._try_load(name, failures, with_state, vanished)
-            if found is not None:
+            if found is not None and (finals or not self._passed_final(found)):
                 return found, vanished, failures
         for name, base in superseded:
             log.warning("%s was written by an attempt after a newer one took over from %s; "
                         "using it only because no other checkpoint verifies",
                         self.where(name), base or "a fresh start")
             found = self._try_load(name, failures, with_state, vanished)
-            if found is not None:
+            if found is not None and (finals or not self._passed_final(found)):
                 return found, vanished, failures
         return None, vanished, failures
+
+    def _passed_final(self, found: Checkpoint) -> bool:
+        """Whether ``found`` is a final state, which a resume passes over (logged)."""
+        if not found.final:
+            return False
+        name = found.key.rsplit("/", 1)[1]
+        log.info("run %s: %s (step %d) holds the state the body left at its return, after "
+                 "its last yield, which was not snapshotted (every=n or a duration); no "
+                 "resume starts from it, but from an older checkpoint, or afresh",
+                 self.where(), name, found.step)
+        return True
 
     def _try_load(self, name: str, failures: list[tuple[str, _format.InvalidObject]],
                   with_state: bool, vanished: list[str]) -> Checkpoint | None:
@@ -564,6 +589,8 @@ class Run:
                     f"deserialized: {type(err).__name__}: {err}. Is the code that defines the "
                     "state's classes importable here, at a compatible version?"
                 ) from err
+        if header.final:
+            self._finals.add(name)
         return Checkpoint(
             step=header.step,
             state=state,
@@ -571,6 +598,7 @@ class Run:
             key=self.key(name),
             epoch=header.epoch,
             rng=rng,
+            final=header.final,
         )
 
     def _check_serializer(self, name: str, recorded: str) -> None:
@@ -684,11 +712,12 @@ class Run:
         return True
 
     def _encode(self, name: str, frames: list[Buffer], kind: str, serializer: str,
-                step: int = 0, created: float | None = None) -> list[Buffer]:
+                step: int = 0, created: float | None = None, *,
+                final: bool = False) -> list[Buffer]:
         return _format.encode(
             frames, kind=kind, serializer=serializer, step=step, epoch=self.epoch,
             created=time.time() if created is None else created, name=self.key(name),
-            key=self.signing_key,
+            key=self.signing_key, final=final,
         )
 
     def claim_epoch(self, base: str | None = None, *, pending: bool = False) -> int:
@@ -975,8 +1004,10 @@ class Run:
         snap.materialize()
         snap.rng_frame()
         payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
-                               snap.created)
+                               snap.created, final=snap.final)
         self._put_checked(name, payload)
+        if snap.final:
+            self._finals.add(name)
         log.debug("saved %s (%d bytes, %.3f s)", self.where(name), payload_size(payload),
                   time.perf_counter() - started)
         if name not in self._known:
@@ -1012,7 +1043,16 @@ class Run:
             return
         ours = [n for n in self._known
                 if (parsed := parse_ckpt_name(n)) is not None and parsed[0] <= self.epoch]
-        for old in ours[: max(0, len(ours) - self.keep)]:
+        doomed = ours[: max(0, len(ours) - self.keep)]
+        if doomed and all(n in self._finals for n in ours[len(doomed):]):
+            # Only final states would be left (keep=1, a final state just saved): the
+            # newest state a resume may start from stays too, or an extension would
+            # start over
+            for name in reversed(doomed):
+                if name not in self._finals:
+                    doomed.remove(name)
+                    break
+        for old in doomed:
             self._known.remove(old)
             self.store.delete(self.key(old))
 

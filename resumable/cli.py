@@ -90,6 +90,7 @@ class ObjectInfo:
     created: str | None = None
     serializer: str | None = None
     signed: bool | None = None
+    final: bool = False  # a checkpoint of the state the body left at its return
     # True: checksum (and signature, with a key) checked; False: failed;
     # None: only the header was read and parsed (`ls`, `show` without --verify).
     verified: bool | None = False
@@ -207,6 +208,7 @@ def _inspect(store: Store, run_id: str, name: str, key: bytes | None, *,
     if info.created is None:  # a damaged time field: verification fails on the checksum
         info.problem = info.problem or f"created time {header.created!r} is out of range"
     info.serializer, info.signed = header.serializer, header.signed
+    info.final = header.final
     if not full:
         info.verified = None
         try:  # (another run's checkpoint, copied in, was "ok" here; review 138)
@@ -818,7 +820,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(_table(
         ["OBJECT", "KIND", "STEP", "EPOCH", "CREATED (UTC)", "BYTES", "SERIALIZER", "SIGNED",
          "VERIFIED" if args.verify else "HEADER"],
-        [[i.name, i.kind, i.step if i.step is not None and i.kind == "ckpt" else "-",
+        [[i.name, i.kind, (f"{i.step} final" if i.final else i.step)
+          if i.step is not None and i.kind == "ckpt" else "-",
           "-" if i.epoch is None else i.epoch,
           (i.created or "-").replace("+00:00", ""), "-" if _foreign(i) else i.bytes,
           i.serializer or "-",

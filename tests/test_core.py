@@ -342,11 +342,11 @@ def test_unhashable_argument_asks_for_run_id(memory_url: str) -> None:
 
 
 def test_every_n_follows_the_global_step_across_a_resume(memory_url: str) -> None:
-    """every=3 saves only steps 3, 6, 9, across a resume: the last step, 10, is not due.
+    """every=3 saves only steps 3, 6, 9 (plus the final state), across a resume.
 
-    Only due yields are snapshotted, so when the body raises the last due state stands;
-    when it returns too (the body ran on after its last yield: that object is not the
-    state yielded at 10, review 115).
+    Only due yields are snapshotted, so when the body raises the last due state stands.
+    At the return the final state, 10, is saved as the body left it, marked final (the
+    body may have run on after its last yield, review 115: no resume starts from it).
     Uploads coalesce (a waiting snapshot is replaced by a newer one), so the test checks
     that nothing off the schedule is written, not that every scheduled step survives.
     """
@@ -357,16 +357,18 @@ def test_every_n_follows_the_global_step_across_a_resume(memory_url: str) -> Non
     assert steps == [3]  # the last due state; step 4 was never snapshotted
     evolve(10)
     steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(10))]
-    assert steps[-1] == 9
-    assert set(steps) <= {3, 6, 9}
+    assert steps[-1] == 10
+    assert set(steps) <= {3, 6, 9, 10}
+    latest = evolve.latest(10)
+    assert latest is not None and latest.step == 10 and latest.final
 
 
-def test_duration_every_saves_no_state_before_it_is_due(memory_url: str) -> None:
-    """every='1h' on a short run saves no state (none was due; the last one is not saved
-    as the object the body left at its return, review 115), and its result."""
+def test_duration_every_saves_only_at_the_end_when_long(memory_url: str) -> None:
+    """every='1h' on a short run saves just the final state, and its result."""
     evolve = make_evolve(Faults(), store=memory_url, every="1h", keep=None)
     first = evolve(5)
-    assert names(memory_url, evolve.run_id(5)) == []
+    steps = [int(n.rsplit("-", 1)[1]) for n in names(memory_url, evolve.run_id(5))]
+    assert steps == [5]
     assert evolve(5) == first  # the stored result
 
 

@@ -261,20 +261,23 @@ def body(*, state=None):
     return state["gen"]
 
 print("result", body(), flush=True)
-print("newest", body.latest().step, flush=True)
+latest = body.latest()
+print("newest", latest.step, "final" if latest.final else "", flush=True)
 """
 
 
 def test_the_closing_line_names_the_newest_checkpoint_saved_not_one_lost(
         tmp_path: Path) -> None:
     """Review 156: the line said "the newest checkpoint is of step 4", the step whose
-    child was killed, where the store's newest is step 2."""
+    child was killed, where the store's newest is step 2 (and now, as a resume would
+    start from it, beside the final state saved at the return, step 5)."""
     proc = run_script(tmp_path, _KILLED_BEFORE_A_LAST_YIELD_NOT_DUE.format(
         store=str(tmp_path / "s"), saved_2=str(tmp_path / "s" / "r" / "ckpt-*-*2")),
         RESUMABLE_SNAPSHOT_FORK="1")
-    assert "result 5" in proc.stdout and "newest 2" in proc.stdout, (proc.stdout,
-                                                                      proc.stderr[-3000:])
-    assert "the newest checkpoint is of step 2" in proc.stderr, proc.stderr[-3000:]
+    assert "result 5" in proc.stdout and "newest 5 final" in proc.stdout, (
+        proc.stdout, proc.stderr[-3000:])
+    assert "the newest checkpoint a resume starts from is of step 2" in proc.stderr, (
+        proc.stderr[-3000:])
 
 
 # An f.iter iterator advanced by a worker thread to step 2 (forked there; its child waits

@@ -43,11 +43,16 @@ def _yielded_at(step: int) -> list[float]:
 def test_the_save_at_return_holds_a_yielded_state(tmp_path: Path, every: Any) -> None:
     """With every=n or a duration the last yield (not due) was saved at the body's
     return as the live object, changed by the code after the loop: a state never
-    yielded, from which an extended run diverged (review 115)."""
+    yielded, from which an extended run diverged (review 115). It is saved so, as the
+    final state, marked: f.latest() says so, and the extension does not start from it
+    (tests/test_final_state.py)."""
     extended = _evolve(tmp_path / "a", every)
     extended(12)
     latest = extended.latest(12)
-    if latest is not None:
+    assert latest is not None
+    if latest.final:
+        assert every != "generation" and latest.state["pop"] == sorted(_yielded_at(12))
+    else:
         assert latest.state["pop"] == _yielded_at(latest.step)
     assert extended(20) == _evolve(tmp_path / "b", every)(20)
 

@@ -48,6 +48,7 @@ def test_a_due_last_yield_skipped_while_a_save_uploads_is_named_so(
     lines = [r.getMessage() for r in caplog.records if "its last" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "step 4, its last, was due, but not snapshotted while the previous save" in lines[0]
-    assert "newest checkpoint is of step 2" in lines[0]
-    latest = f.latest(4)
-    assert latest is not None and latest.step == 2
+    assert "saved as a final checkpoint" in lines[0]
+    assert "the newest checkpoint a resume starts from is of step 2" in lines[0]
+    latest = f.latest(4)  # the final state, saved at the return as the body left it
+    assert latest is not None and latest.step == 4 and latest.final

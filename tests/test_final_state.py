@@ -1,0 +1,189 @@
+"""The final state at the body's return is always saved (DESIGN: `every`), also with every=n
+or a duration when the last yield was not due. It is saved as the body left it, after its
+code past that yield, so it is marked final: `f.latest()` gives it, and no resume or
+extension starts from it (review 115: one that did differed from an uninterrupted run)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable import SerializationError, _format, checkpointed
+from resumable._run import Run
+from resumable.stores import open_store
+
+
+class _Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("not today")
+
+
+_BREAK_RESULT = {"on": False}
+
+
+def _evolve(store: Path, every: Any, keep: int | None = 3, restarts: int = 0,
+            fail_at: int | None = None) -> Any:
+    failed: set[int] = set()
+
+    @checkpointed(store=str(store), every=every, ignore=["gens"], run_id="ga", keep=keep,
+                  restarts=restarts)
+    def evolve(gens: int, *, state: Any = None) -> Any:
+        if state is None:
+            random.seed(1)
+            state = {"gen": 0, "pop": [random.random() for _ in range(8)]}
+        while state["gen"] < gens:
+            if state["gen"] + 1 == fail_at and fail_at not in failed:
+                failed.add(fail_at)
+                raise RuntimeError("a generation that fails once")
+            state["gen"] += 1
+            state["pop"] = [x + random.gauss(0, 1) for x in state["pop"]]
+            yield state
+        # after the loop, as DEAP scripts do: sort to report, draw a tie-break
+        state["pop"].sort()
+        random.random()
+        if _BREAK_RESULT["on"]:
+            return _Unpicklable()
+        return state["pop"][0]
+
+    return evolve
+
+
+def _yielded_at(step: int) -> list[float]:
+    random.seed(1)
+    pop = [random.random() for _ in range(8)]
+    for _ in range(step):
+        pop = [x + random.gauss(0, 1) for x in pop]
+    return pop
+
+
+def _names(store: Path) -> list[str]:
+    return Run(open_store(str(store)), "ga").checkpoint_names()
+
+
+@pytest.mark.parametrize("every", [5, "1h", 100])
+def test_the_final_state_is_saved_when_the_body_returns(tmp_path: Path, every: Any) -> None:
+    """With every=n or a duration a last yield that was not due was not saved at all at
+    the return (since 036754e): f.latest() gave an older step, or None."""
+    evolve = _evolve(tmp_path, every, keep=None)
+    evolve(12)
+    latest = evolve.latest(12)
+    assert latest is not None and latest.step == 12 and latest.final
+    assert latest.state["gen"] == 12
+    assert latest.state["pop"] == sorted(_yielded_at(12))  # as the body left it
+    steps = [int(n.rsplit("-", 1)[1]) for n in _names(tmp_path)]
+    assert steps[-1] == 12 and set(steps) <= {5, 10, 12}
+
+
+def test_a_final_state_that_was_yielded_is_no_final_checkpoint(tmp_path: Path) -> None:
+    """every='generation' (and a last yield that was due) saves the yielded state itself,
+    as before: an ordinary checkpoint, which a resume may start from."""
+    for every, gens in (("generation", 12), (5, 10)):
+        root = tmp_path / str(every)
+        evolve = _evolve(root, every)
+        evolve(gens)
+        latest = evolve.latest(gens)
+        assert latest is not None and latest.step == gens and not latest.final
+        assert latest.state["pop"] == _yielded_at(gens)
+
+
+@pytest.mark.parametrize("every", [5, "1h", 100])
+@pytest.mark.parametrize("keep", [1, 2, None])
+def test_an_extension_never_starts_from_the_final_state(tmp_path: Path, every: Any,
+                                                        keep: int | None,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """It begins at the last yielded state that was saved (or afresh, with the RNG of the
+    first start), and ends as an uninterrupted run does; keep=1 keeps that state too."""
+    evolve = _evolve(tmp_path / "a", every, keep=keep)
+    evolve(12)
+    if keep is not None:
+        kept = _names(tmp_path / "a")
+        assert len(kept) == (2 if every == 5 else 1)  # (5 and 10 went with keep=1)
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        extended = evolve(20)
+    assert extended == _evolve(tmp_path / "b", every)(20)
+    text = caplog.text
+    if every == 5:
+        assert "from ckpt-00000001-000000000010: step 10" in text
+    else:
+        assert "starting run" in text and "fresh" in text
+
+
+@pytest.mark.parametrize("every", [5, 100])
+def test_a_crash_between_the_final_state_and_the_result(tmp_path: Path, every: Any) -> None:
+    """The final checkpoint is written, the result is not (it cannot be pickled here; a
+    SIGKILL does the same): the next call redoes the generations since the last yielded
+    state saved, and returns what an uninterrupted run does."""
+    evolve = _evolve(tmp_path / "a", every)
+    _BREAK_RESULT["on"] = True
+    try:
+        with pytest.raises(SerializationError):
+            evolve(12)
+    finally:
+        _BREAK_RESULT["on"] = False
+    latest = evolve.latest(12)
+    assert latest is not None and latest.final and latest.step == 12
+    assert evolve(12) == _evolve(tmp_path / "b", every)(12)
+
+
+def test_a_restart_in_an_extension_does_not_start_from_the_final_state(tmp_path: Path) -> None:
+    """The extension's first new generation fails before anything of it is saved: the
+    in-process restart reloads the store's newest state it may resume from."""
+    _evolve(tmp_path / "a", 5)(12)
+    again = _evolve(tmp_path / "a", 5, restarts=1, fail_at=11)
+    assert again(20) == _evolve(tmp_path / "b", 5)(20)
+
+
+def test_the_final_flag_is_part_of_what_is_verified() -> None:
+    """It is a header flag, covered by the checksum (and the signature): a flipped flag
+    fails verification, it does not turn a final state into one resumed from."""
+    for key in (None, b"k" * 32):
+        encoded = _format.encode([b"", b"state"], kind="ckpt", serializer="pickle", step=3,
+                                 epoch=1, created=0.0, name="r/ckpt", key=key, final=True)
+        data = b"".join(bytes(memoryview(f).cast("B")) for f in encoded)
+        decoded = _format.decode(data, name="r/ckpt", key=key)
+        assert decoded.header.final and decoded.header.step == 3
+        plain = _format.encode([b"", b"state"], kind="ckpt", serializer="pickle", step=3,
+                               epoch=1, created=0.0, name="r/ckpt", key=key)
+        data_plain = b"".join(bytes(memoryview(f).cast("B")) for f in plain)
+        assert not _format.decode(data_plain, name="r/ckpt", key=key).header.final
+        # flags: u16 after the magic (8) and the version (u16)
+        flipped = bytearray(data)
+        flipped[10] ^= _format.FLAG_FINAL
+        with pytest.raises(_format.InvalidObject):
+            _format.decode(bytes(flipped), name="r/ckpt", key=key)
+        unknown = bytearray(data)
+        unknown[11] ^= 0x80
+        with pytest.raises(_format.InvalidObject):
+            _format.decode(bytes(unknown), name="r/ckpt", key=key)
+
+
+def test_the_cli_marks_the_final_checkpoint(tmp_path: Path) -> None:
+    evolve = _evolve(tmp_path, 5, keep=None)
+    evolve(12)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESUMABLE_")}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "resumable", *argv], capture_output=True,
+                              text=True, env=env, timeout=60)
+
+    shown = cli("show", str(tmp_path), "ga", "--json")
+    assert shown.returncode == 0, shown.stderr
+    objects = {o["name"]: o for o in json.loads(shown.stdout)["objects"]}
+    assert objects["ckpt-00000001-000000000012"]["final"] is True, objects
+    assert objects["ckpt-00000001-000000000010"]["final"] is False
+    table = cli("show", str(tmp_path), "ga")
+    row = next(line for line in table.stdout.splitlines()
+               if line.startswith("ckpt-00000001-000000000012"))
+    assert "12 final" in row
+    verified = cli("verify", str(tmp_path), "ga")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    listed = cli("ls", str(tmp_path), "--json")
+    assert listed.returncode == 0, listed.stderr
