@@ -5,7 +5,8 @@ version, lengths, the checksum over header and payload, and the HMAC when a key 
 before a single byte is handed to a deserializer: unpickling untrusted or damaged
 bytes can run arbitrary code or crash in odd ways, so verification comes first.
 
-Layout (little endian), version 2::
+Layout (little endian), version 2 (and 3, the same for final checkpoints, see
+``VERSION_FINAL``)::
 
     fixed   magic(8) version(u16) flags(u16) header_len(u32) step(u64) epoch(u64)
             created(f64) payload_len(u64) digest(32) mac(32)
@@ -45,7 +46,11 @@ from .stores._base import Buffer
 
 MAGIC = b"RSMBL\x00CK"
 VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 2's layout, for final checkpoints only (FLAG_FINAL): a resumable from before
+# them reads one as "written by a newer resumable", which it is, not as damage; every
+# other object stays version 2, which it reads
+VERSION_FINAL = 3
+READABLE_VERSIONS = (1, 2, 3)
 ALIGN = 64  # frames start at multiples of this in version 2
 FLAG_SIGNED = 1
 # A checkpoint of the state the body left at its return, after its code past its last
@@ -185,6 +190,8 @@ def encode(
             f"{len(frames):,} frames (numpy arrays) in one object: at most {MAX_FRAMES:,} "
             "can be read back; hold the arrays in fewer, larger ones (np.stack)")
     views = [memoryview(f).cast("B") for f in frames]
+    if final and kind != "ckpt":
+        raise ValueError(f"only a checkpoint can be final, not a {kind!r} object")
     name_b, kind_b, obj_b = serializer.encode(), kind.encode(), name.encode()
     if max(len(name_b), len(kind_b), len(obj_b)) > 255:
         raise ValueError("serializer, kind and object names must be at most 255 bytes")
@@ -209,7 +216,8 @@ def encode(
     flags = (FLAG_SIGNED if key else 0) | (FLAG_FINAL if final else 0)
     header = bytearray(
         _FIXED.pack(
-            MAGIC, VERSION, flags, header_len, step, epoch, created, payload_len, _ZERO32, _ZERO32
+            MAGIC, VERSION_FINAL if final else VERSION, flags, header_len, step, epoch,
+            created, payload_len, _ZERO32, _ZERO32
         )
         + tail
         + bytes(header_len - table_end)
@@ -292,6 +300,16 @@ def _check_lengths(header_len: int, payload_len: int, n: int) -> None:
 SCREEN_BYTES = _FIXED.size
 
 
+def marked_final(prefix: Buffer) -> bool:
+    """Whether an object's first bytes say it is a final checkpoint (version 3 with
+    FLAG_FINAL), before anything is verified: enough to pass one over, never to use it."""
+    view = memoryview(prefix).cast("B")
+    if view.nbytes < _FIXED.size or bytes(view[:8]) != MAGIC:
+        return False
+    version, flags = struct.unpack_from("<HH", view, _VERSION_AT)
+    return version == VERSION_FINAL and bool(flags & FLAG_FINAL)
+
+
 def screen(prefix: Buffer, size: int) -> None:
     """Before a store allocates ``size`` bytes for an object that begins with ``prefix``
     (``SCREEN_BYTES`` of it): InvalidObject where those bytes already show that it is not
@@ -346,6 +364,10 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
                          "tell; `resumable verify` reads the whole object)"), newer=True)
     if flags & ~_KNOWN_FLAGS:
         raise InvalidObject(f"unknown flags {flags:#x}")
+    if bool(flags & FLAG_FINAL) != (version == VERSION_FINAL):
+        # (both or neither: one flipped bit does not make a checkpoint final, which no
+        # resume would start from, nor a final one resumable)
+        raise InvalidObject(f"damaged: version {version} with flags {flags:#x}")
     _check_lengths(header_len, payload_len, n)
     if header_len > view.nbytes:
         raise ValueError(f"the header needs {header_len} bytes; only {view.nbytes} were read")
@@ -370,6 +392,8 @@ def read_header(data: Buffer, size: int | None = None) -> Header:
         lengths = struct.unpack_from(f"<{count}Q", view, pos)
     except (IndexError, struct.error, UnicodeDecodeError) as err:
         raise InvalidObject(f"malformed header ({err})") from None
+    if flags & FLAG_FINAL and kind != "ckpt":
+        raise InvalidObject(f"damaged: a {kind!r} object marked as a final checkpoint")
     if aligned and any(view[table_end:header_len]):
         raise InvalidObject("the header's padding is not zero")
     if sum(n + _pad(n) if aligned else n for n in lengths) != payload_len:

@@ -103,6 +103,17 @@ class _Refused:
     error: _format.InvalidObject
 
 
+class _IsFinal(_format.InvalidObject):
+    """Raised by the screen of a read that passes over final checkpoints (Run._get)."""
+
+
+class _Final:
+    """What Run._get_resumable returns for a final checkpoint, passed over."""
+
+
+_FINAL = _Final()
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A verified checkpoint: ``step`` completed yields, the ``state``, when and where."""
@@ -319,6 +330,7 @@ class Run:
         self.result_epoch = 0  # set by load_result
         self._known: list[str] = []  # checkpoint names of this run, ascending (for retention)
         self._finals: set[str] = set()  # those known to hold a final state (Checkpoint.final)
+        self._resumable: set[str] = set()  # those known to verify and not to be final
         self._own_record: bytes | None = None  # our attempt record as last written
         self._pid = os.getpid()  # the attempt's process: a child the body forks writes nothing
 
@@ -359,6 +371,25 @@ class Run:
                                 _format.SCREEN_BYTES)
         except _format.InvalidObject as err:
             return _Refused(err)
+
+    def _get_resumable(self, name: str) -> Buffer | _Refused | _Final | None:
+        """``_get``, but a final checkpoint is not read whole: ``_FINAL`` (review 160: a
+        resume downloaded, unpickled and held the final state it passes over, twice the
+        memory, and one whose classes had changed since stopped it)."""
+        def screen(prefix: Buffer, size: int) -> None:
+            if _format.marked_final(prefix):
+                raise _IsFinal("a final checkpoint")
+            _format.screen(prefix, size)
+
+        try:
+            data = get_screened(self.store, self.key(name), screen, _format.SCREEN_BYTES)
+        except _IsFinal:
+            return _FINAL
+        except _format.InvalidObject as err:
+            return _Refused(err)
+        if data is not None and _format.marked_final(data):
+            return _FINAL  # (small, or from a store that reads whole)
+        return data
 
     def _decode(self, name: str, data: Buffer | _Refused, kind: str) -> _format.Decoded:
         if isinstance(data, _Refused):
@@ -446,7 +477,13 @@ class Run:
             if record is None:
                 continue
             base = record.get("base")
-            return str(base) if base is not None and name > str(base) else None
+            if base is None:
+                return None
+            # (a final state newer than the base was there before that attempt: it was
+            # passed over, not written by a zombie; review 160)
+            seen = record.get("seen")
+            limit = max(str(base), str(seen)) if isinstance(seen, str) else str(base)
+            return str(base) if name > limit else None
         return None
 
     def load_latest(self, *, with_state: bool = True, finals: bool = False) -> Checkpoint | None:
@@ -489,8 +526,8 @@ class Run:
         summary = "; ".join(f"{n}: {e.reason}" for n, e in failures)
         passed = sorted(n for n in self._finals if n in self._known)
         if passed:
-            summary += (f"; {passed[-1]} passes, but holds the state the body left at its "
-                        "return, which no resume starts from")
+            summary += (f"; {', '.join(passed)}: final state(s), which no resume starts "
+                        "from")
         if all(e.newer for _, e in failures):
             # Valid work of a newer version (the pods' image rolled back): deleting the
             # run, as the advice below says, would lose it (review 106)
@@ -527,34 +564,32 @@ class Run:
                 )
                 superseded.append((name, base))
                 continue
-            found = self._try_load(name, failures, with_state, vanished)
-            if found is not None and (finals or not self._passed_final(found)):
+            found = self._try_load(name, failures, with_state, vanished, finals)
+            if found is not None:
                 return found, vanished, failures
         for name, base in superseded:
             log.warning("%s was written by an attempt after a newer one took over from %s; "
                         "using it only because no other checkpoint verifies",
                         self.where(name), base or "a fresh start")
-            found = self._try_load(name, failures, with_state, vanished)
-            if found is not None and (finals or not self._passed_final(found)):
+            found = self._try_load(name, failures, with_state, vanished, finals)
+            if found is not None:
                 return found, vanished, failures
         return None, vanished, failures
 
-    def _passed_final(self, found: Checkpoint) -> bool:
-        """Whether ``found`` is a final state, which a resume passes over (logged)."""
-        if not found.final:
-            return False
-        name = found.key.rsplit("/", 1)[1]
-        log.info("run %s: %s (step %d) holds the state the body left at its return, after "
-                 "its last yield, which was not snapshotted (every=n or a duration); no "
-                 "resume starts from it, but from an older checkpoint, or afresh",
-                 self.where(), name, found.step)
-        return True
-
     def _try_load(self, name: str, failures: list[tuple[str, _format.InvalidObject]],
-                  with_state: bool, vanished: list[str]) -> Checkpoint | None:
-        data = self._get(name)
+                  with_state: bool, vanished: list[str],
+                  finals: bool = True) -> Checkpoint | None:
+        data = self._get(name) if finals else self._get_resumable(name)
         if data is None:  # deleted by retention of another attempt since the listing
             vanished.append(name)
+            return None
+        if isinstance(data, _Final):
+            # Not verified, nor read whole: a final state is never resumed from, whole or
+            # damaged (`resumable verify` checks it)
+            self._finals.add(name)
+            log.info("run %s: passing over %s, the state the body left at its return "
+                     "after a last yield that was not snapshotted (every=n or a duration): "
+                     "no resume starts from it", self.where(), name)
             return None
         try:
             decoded = self._decode(name, data, "ckpt")
@@ -591,6 +626,8 @@ class Run:
                 ) from err
         if header.final:
             self._finals.add(name)
+        else:
+            self._resumable.add(name)
         return Checkpoint(
             step=header.step,
             state=state,
@@ -776,20 +813,27 @@ class Run:
                     f"{command('verify', self.store.url, self.run_id)}. Nothing was written"
                 ) from None
 
-    def _epoch_json(self, base: str | None) -> bytes:
-        return json.dumps({
+    def _epoch_json(self, base: str | None, seen: str | None = None) -> bytes:
+        record = {
             "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
             "base": base, "pod": os.environ.get("HOSTNAME", ""),
-        }).encode()
+        }
+        if seen:
+            record["seen"] = seen
+        return json.dumps(record).encode()
 
-    def record_base(self, base: str | None) -> None:
-        """Rewrite our own epoch record (claimed ``pending``) with the base we resume from.
+    def record_base(self, base: str | None, seen: str | None = None) -> None:
+        """Rewrite our own epoch record (claimed ``pending``) with the base we resume from,
+        and ``seen``, the newest checkpoint listed then, when it is newer (final states
+        passed over: see ``_superseded``).
 
         Only this attempt writes its record, so a plain put is safe; readers see the
         pending record or this one, both valid.
         """
         name = f"{EPOCH}{self.epoch:08d}"
-        payload = self._encode(name, [self._epoch_json(base or "")], "epoch", _RAW)
+        if seen is not None and seen <= (base or ""):
+            seen = None
+        payload = self._encode(name, [self._epoch_json(base or "", seen)], "epoch", _RAW)
         self.store.put(self.key(name), payload)
         self._own_record = join_payload(payload)
 
@@ -814,7 +858,8 @@ class Run:
         # pending record; rewriting it would bring the run back, and another attempt may
         # have claimed the number since. One GET.
         self.check_not_deleted()
-        self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
+        self.record_base(latest.key.rsplit("/", 1)[1] if latest else None,
+                         max(self._known, default=None))
         return latest
 
     def _remove_stale_temp(self, older_than: float | None = None) -> None:
@@ -1006,8 +1051,7 @@ class Run:
         payload = self._encode(name, snap.frames, "ckpt", self.serializer.name, snap.step,
                                snap.created, final=snap.final)
         self._put_checked(name, payload)
-        if snap.final:
-            self._finals.add(name)
+        (self._finals if snap.final else self._resumable).add(name)
         log.debug("saved %s (%d bytes, %.3f s)", self.where(name), payload_size(payload),
                   time.perf_counter() - started)
         if name not in self._known:
@@ -1044,12 +1088,14 @@ class Run:
         ours = [n for n in self._known
                 if (parsed := parse_ckpt_name(n)) is not None and parsed[0] <= self.epoch]
         doomed = ours[: max(0, len(ours) - self.keep)]
-        if doomed and all(n in self._finals for n in ours[len(doomed):]):
-            # Only final states would be left (keep=1, a final state just saved): the
-            # newest state a resume may start from stays too, or an extension would
-            # start over
+        if doomed and not any(n in self._resumable for n in ours[len(doomed):]):
+            # No checkpoint left that a resume may start from (final states only: keep=1
+            # and a final state just saved, or several extensions that each left one):
+            # the newest one known stays too, or an extension would start over. (Known:
+            # verified at the resume, or written here; review 160: a final of an older
+            # attempt, never read, was taken for one and kept instead)
             for name in reversed(doomed):
-                if name not in self._finals:
+                if name in self._resumable:
                     doomed.remove(name)
                     break
         for old in doomed:

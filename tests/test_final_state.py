@@ -187,3 +187,114 @@ def test_the_cli_marks_the_final_checkpoint(tmp_path: Path) -> None:
     assert verified.returncode == 0, verified.stdout + verified.stderr
     listed = cli("ls", str(tmp_path), "--json")
     assert listed.returncode == 0, listed.stderr
+
+
+# -- review 160 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [1, 2, None])
+def test_extensions_in_a_row_keep_the_checkpoint_a_resume_starts_from(
+        tmp_path: Path, keep: int | None, caplog: pytest.LogCaptureFixture) -> None:
+    """Calls with 12, 13, 14, then 16 generations: each leaves a final state. The final of
+    an older attempt sorted after the next attempt's base, so it was taken for a zombie's
+    write (warned about, never read): retention then kept it as the checkpoint to resume
+    from and deleted step 10, and the fourth call started over (review 160)."""
+    for gens in (12, 13, 14):
+        _evolve(tmp_path / "a", 5, keep=keep)(gens)
+        assert "ckpt-00000001-000000000010" in _names(tmp_path / "a"), (gens, _names(
+            tmp_path / "a"))
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert _evolve(tmp_path / "a", 5, keep=keep)(16) == _evolve(tmp_path / "b", 5)(16)
+    assert "from ckpt-00000001-000000000010: step 10" in caplog.text
+    assert "took over" not in caplog.text  # (no attempt was superseded)
+
+
+_UNPICKLED: list[int] = []
+_UNPICKLING_FAILS = {"on": False}
+
+
+def _report(value: int) -> Any:
+    _UNPICKLED.append(value)
+    if _UNPICKLING_FAILS["on"]:
+        raise AttributeError("Can't get attribute 'Report' (its class was renamed)")
+    return value
+
+
+class _Report:
+    """Put into the state only after the loop: never in a yielded state."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> Any:
+        return (_report, (self.value,))
+
+
+def test_a_resume_does_not_read_the_final_state(tmp_path: Path) -> None:
+    """It was downloaded and unpickled whole, then passed over (twice the state in memory at
+    a resume), and one that no longer unpickled (a class renamed since) stopped the resume
+    with a SerializationError (review 160)."""
+    @checkpointed(store=str(tmp_path), every=5, ignore=["gens"], run_id="r")
+    def evolve(gens: int, *, state: Any = None) -> Any:
+        state = state or {"gen": 0}
+        while state["gen"] < gens:
+            state["gen"] += 1
+            yield state
+        state["report"] = _Report(state["gen"])
+        return state["gen"]
+
+    evolve(12)
+    del _UNPICKLED[:]
+    _UNPICKLING_FAILS["on"] = True
+    try:
+        assert evolve(14) == 14
+    finally:
+        _UNPICKLING_FAILS["on"] = False
+    assert _UNPICKLED == []
+
+
+def test_a_final_state_is_newer_than_what_older_readers_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its flag was unknown to a resumable from before it, which took the object for
+    damage ("unknown flags 0x2"), and with no other checkpoint advised `resumable rm`
+    (review 160). It is format version 3, which such a reader says was written by a newer
+    resumable; every other object stays version 2."""
+    evolve = _evolve(tmp_path, 5, keep=None)
+    evolve(12)
+    folder = tmp_path / "ga"
+    final = (folder / "ckpt-00000001-000000000012").read_bytes()
+    assert _format.read_header(final).version == 3
+    assert _format.read_header((folder / "ckpt-00000001-000000000010").read_bytes()).version \
+        == 2
+    assert _format.read_header((folder / "result").read_bytes()).version == 2
+    monkeypatch.setattr(_format, "READABLE_VERSIONS", (1, 2))
+    with pytest.raises(_format.InvalidObject) as info:
+        _format.decode(final)
+    assert info.value.newer, info.value.reason
+
+
+def test_a_damaged_final_state_alone_does_not_stop_an_extension(tmp_path: Path) -> None:
+    """every=100: the final state is the run's only checkpoint. Damaged, it stopped the
+    extension with CheckpointCorruptError and the advice to delete the run (its result
+    and history), though a resume passes over it anyway (review 160): it starts afresh,
+    with the RNG of the first start."""
+    evolve = _evolve(tmp_path / "a", 100)
+    evolve(12)
+    path = tmp_path / "a" / "ga" / "ckpt-00000001-000000000012"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert evolve(20) == _evolve(tmp_path / "b", 100)(20)
+
+
+def test_only_a_checkpoint_can_be_marked_final(tmp_path: Path) -> None:
+    """The flag on a result record was accepted and ignored (review 160)."""
+    with pytest.raises(ValueError, match="only a checkpoint"):
+        _format.encode([b"x"], kind="result", serializer="pickle", created=0.0, final=True)
+    encoded = _format.encode([b"x"], kind="ckpt", serializer="pickle", created=0.0,
+                             final=True, name="r/result")
+    data = bytearray(b"".join(bytes(memoryview(f).cast("B")) for f in encoded))
+    kind_at = data.index(b"ckpt")
+    data[kind_at:kind_at + 4] = b"rslt"  # (the same length; its checksum is set again)
+    with pytest.raises(_format.InvalidObject, match="marked as a final checkpoint"):
+        _format.read_header(bytes(data))

@@ -140,7 +140,7 @@ def _newer(blob: bytearray) -> bytearray:
     the object verifies with it put back)."""
     from resumable._format import _DIGEST_AT
 
-    struct.pack_into("<H", blob, 8, 3)
+    struct.pack_into("<H", blob, 8, 4)
     blob[_DIGEST_AT] ^= 0xFF
     return blob
 
@@ -148,7 +148,7 @@ def _newer(blob: bytearray) -> bytearray:
 def test_a_newer_format_version_fails_clearly() -> None:
     """An object of a version this library does not know says to upgrade."""
     blob = _newer(bytearray(sample()))
-    with pytest.raises(InvalidObject, match=r"version 3 .*upgrade resumable"):
+    with pytest.raises(InvalidObject, match=r"version 4 .*upgrade resumable"):
         decode(blob)
 
 
