@@ -434,6 +434,7 @@ class _Execution:
         self.identity_unchecked = False  # the run had no identity record (stored_result)
         self.stopping = False  # after SIGTERM: the body is done, the state is being saved
         self.skipped_step = -1  # the last due yield not snapshotted: a large save uploaded
+        self.resumable_step = -1  # once a final state is saved: the newest step resumable
         self.at_yield = False  # the body yielded; its state is being snapshotted
         self.loading = False  # reading its result or checkpoint, before its body starts
 
@@ -598,7 +599,7 @@ class _Execution:
             # and taken back first, its file is free for this state (one file, not two).
             snap = self.run.snapshot(state, step, rng, self.pool, self.copy_limit, spill,
                                      room_first=spill is None or self.uploader.busy,
-                                     frames=frames)
+                                     frames=frames, returned=returned)
         except BaseException as err:
             # A state that cannot be serialized: the last good state is still saved.
             self._flush_after_error(err)
@@ -639,6 +640,7 @@ class _Execution:
         """
         self._flush_last()
         newest = max(self._saved_step(), start_step)  # (saved at a yield: resumable)
+        self.resumable_step = newest
         why = ("was due, but not snapshotted while the previous save still uploaded (a "
                "large state is not copied beside it)" if self.skipped_step == step
                else "was not due")
@@ -771,6 +773,15 @@ class _Execution:
             snap.release()
         self._wait_for_saves()
         self.durable_step = snap.step
+
+    def _saved_text(self) -> str:
+        """The newest step saved, for the SIGTERM log lines: a final state's says so."""
+        step = self._saved_step()
+        if 0 <= self.resumable_step < step:
+            return (f"{step} (its final state; a resume starts from step "
+                    f"{self.resumable_step})" if self.resumable_step else
+                    f"{step} (its final state; a resume starts afresh)")
+        return str(step)
 
     def _saved_step(self) -> int:
         """The newest step saved (for the SIGTERM log line), after the last flush.
@@ -1204,8 +1215,8 @@ class _Execution:
                 log.warning("SIGTERM: run %s stopped before its body started; its "
                             "checkpoints stand; %s", run.where(), _signals.outcome())
             else:
-                log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
-                            self._saved_step(), _signals.outcome())
+                log.warning("SIGTERM: run %s saved at step %s; %s", run.where(),
+                            self._saved_text(), _signals.outcome())
             if self.thread is threading.main_thread():
                 _signals.chain_once()
             raise
@@ -1231,8 +1242,8 @@ class _Execution:
                               "failed: %s: %s", run.where(), type(failed).__name__, failed)
                 raise
             if self.terminate:
-                log.warning("SIGTERM: run %s saved at step %d; %s", run.where(),
-                            self._saved_step(), _signals.outcome())
+                log.warning("SIGTERM: run %s saved at step %s; %s", run.where(),
+                            self._saved_text(), _signals.outcome())
             raise
         except BaseException as err:
             leaving = err
@@ -1274,8 +1285,8 @@ class _Execution:
                 # call that ends with an error keeps it (a SerializationError or a
                 # FencedError says more than 143: review 58); the handler serves the next
                 # SIGTERM afresh, and a run started meanwhile does not start.
-                log.warning("SIGTERM: run %s saved at step %d as it ended; %s", run.where(),
-                            self._saved_step(), _signals.outcome())
+                log.warning("SIGTERM: run %s saved at step %s as it ended; %s", run.where(),
+                            self._saved_text(), _signals.outcome())
                 _signals.chain_once()
                 raise _signals.terminated()
             if (self.terminate and isinstance(leaving, GeneratorExit)

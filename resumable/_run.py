@@ -49,7 +49,7 @@ from .serializers import (
     loads_frames,
 )
 from .stores import Store
-from .stores._base import Buffer, Payload, get_screened, join_payload, payload_size
+from .stores._base import Buffer, Payload, get_screened, head_of, join_payload, payload_size
 
 log = logging.getLogger("resumable")
 
@@ -557,6 +557,12 @@ class Run:
         superseded: list[tuple[str, str]] = []
         for name in reversed(names):
             base = self._superseded(name, epochs)
+            if base is not None and not finals and self._marked_final(name):
+                # (an older attempt's final state, which that newer attempt, its record
+                # written by a resumable from before final states, did not note as seen:
+                # passed over as any final is, not warned about as a zombie's; review 161)
+                self._pass_over_final(name)
+                continue
             if base is not None:
                 log.warning(
                     "skipping %s: written by an attempt after a newer one took over the run",
@@ -576,6 +582,20 @@ class Run:
                 return found, vanished, failures
         return None, vanished, failures
 
+    def _marked_final(self, name: str) -> bool:
+        """Whether checkpoint ``name``'s header says it is final (its first bytes only)."""
+        try:
+            head = head_of(self.store, self.key(name), _format.SCREEN_BYTES)
+        except StoreError:
+            return False
+        return head is not None and _format.marked_final(head[0])
+
+    def _pass_over_final(self, name: str) -> None:
+        self._finals.add(name)
+        log.info("run %s: passing over %s, the state the body left at its return after a "
+                 "last yield that was not snapshotted (every=n or a duration): no resume "
+                 "starts from it", self.where(), name)
+
     def _try_load(self, name: str, failures: list[tuple[str, _format.InvalidObject]],
                   with_state: bool, vanished: list[str],
                   finals: bool = True) -> Checkpoint | None:
@@ -586,10 +606,7 @@ class Run:
         if isinstance(data, _Final):
             # Not verified, nor read whole: a final state is never resumed from, whole or
             # damaged (`resumable verify` checks it)
-            self._finals.add(name)
-            log.info("run %s: passing over %s, the state the body left at its return "
-                     "after a last yield that was not snapshotted (every=n or a duration): "
-                     "no resume starts from it", self.where(), name)
+            self._pass_over_final(name)
             return None
         try:
             decoded = self._decode(name, data, "ckpt")
@@ -824,8 +841,8 @@ class Run:
 
     def record_base(self, base: str | None, seen: str | None = None) -> None:
         """Rewrite our own epoch record (claimed ``pending``) with the base we resume from,
-        and ``seen``, the newest checkpoint listed then, when it is newer (final states
-        passed over: see ``_superseded``).
+        and ``seen``, the newest final state of an older attempt passed over, when it is
+        newer (see ``_superseded``).
 
         Only this attempt writes its record, so a plain put is safe; readers see the
         pending record or this one, both valid.
@@ -858,8 +875,14 @@ class Run:
         # pending record; rewriting it would bring the run back, and another attempt may
         # have claimed the number since. One GET.
         self.check_not_deleted()
+        # Final states of older attempts it passed over, newer than its base: not a
+        # zombie's writes (see _superseded). Only those: any newest name listed let a
+        # newer attempt's final, or a stray object, hide a zombie's later writes
+        # (review 161)
+        passed = [n for n in self._finals if n in self._known
+                  and (parsed := parse_ckpt_name(n)) is not None and parsed[0] < self.epoch]
         self.record_base(latest.key.rsplit("/", 1)[1] if latest else None,
-                         max(self._known, default=None))
+                         max(passed, default=None))
         return latest
 
     def _remove_stale_temp(self, older_than: float | None = None) -> None:
@@ -958,7 +981,7 @@ class Run:
     def snapshot(
         self, state: Any, step: int, rng: _rng.RngState | None, pool: BufferPool | None = None,
         copy_limit: float = float("inf"), spill: _spill.SpillFile | None = None,
-        room_first: bool = True, frames: list[Buffer] | None = None,
+        room_first: bool = True, frames: list[Buffer] | None = None, returned: bool = False,
     ) -> Snapshot:
         """Serialize ``state``; its large buffers are copied only up to ``copy_limit`` bytes.
 
@@ -968,10 +991,11 @@ class Run:
         copied (see ``_spill``), when it is free; they are read back at the upload.
         ``room_first``: the pool makes room (takes back the save still waiting) before
         the state is spilled, else after it (see below). ``frames``: what ``serialize``
-        made of ``state`` already.
+        made of ``state`` already. ``returned``: ``state`` is the object the body left at
+        its return (what an error calls it).
         """
         if frames is None:
-            frames = self.serialize(state, step)
+            frames = self.serialize(state, step, returned)
         if len(frames) == 1:  # no out-of-band buffers (a small or object-only state)
             return Snapshot(step=step, frames=[b"", frames[0]], rng=rng, created=time.time(),
                             pool=pool)
@@ -1002,9 +1026,12 @@ class Run:
         targets = self.rng_targets
         return _rng.aliasing(targets) if targets else contextlib.nullcontext()
 
-    def serialize(self, state: Any, step: int) -> list[Buffer]:
+    def serialize(self, state: Any, step: int, returned: bool = False) -> list[Buffer]:
         """The state's pickle stream, then views of its large buffers (see dumps_views)."""
         def what() -> str:
+            if returned:
+                return (f"the state the body left at its return (after step {step}) of run "
+                        f"{self.where()}")
             return f"the state yielded at step {step} of run {self.where()}"
 
         if not self.rng_targets:  # (the common case, at every yield: no context to enter)

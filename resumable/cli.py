@@ -624,6 +624,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "newest_bytes": None,
             "newest_problem": None,
             "newest_newer": False,  # (its problem: a newer resumable wrote it)
+            # The state the body left at its return, which no resume starts from: known
+            # from its header only (null when ls reads none, as without --check)
+            "newest_final": None,
             "header_checked": read_headers and ckpt is not None and run_id in headers,
             # Why an object of the run could not be read (null: all read): neither
             # damaged nor complete, just not known; the command exits 74.
@@ -634,7 +637,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             info = headers[run_id]
             row.update(newest_created=info.created, newest_bytes=info.bytes,
                        newest_problem=None if info.gone else info.problem,
-                       newest_newer=info.newer and not info.gone)
+                       newest_newer=info.newer and not info.gone,
+                       newest_final=info.final and not info.gone)
         elif ckpt is not None and f"{run_id}/{ckpt}" in about:
             # (also a header that could not be read: the listing's time and size)
             item = about[f"{run_id}/{ckpt}"]
@@ -653,7 +657,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     print(_table(
         ["RUN ID", "CKPTS", "STEP", "ATTEMPTS", "COMPLETE", "AGE", "SIZE"],
-        [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else r["newest_step"],
+        [[r["run_id"], r["checkpoints"], "-" if r["newest_step"] is None else
+          f"{r['newest_step']} final" if r["newest_final"] else r["newest_step"],
           r["attempts"],
           "unreadable" if "result" in unread.get(r["run_id"], {})
           else ("newer" if r["result_newer"] else "damaged") if r["result_problem"]

@@ -298,3 +298,133 @@ def test_only_a_checkpoint_can_be_marked_final(tmp_path: Path) -> None:
     data[kind_at:kind_at + 4] = b"rslt"  # (the same length; its checksum is set again)
     with pytest.raises(_format.InvalidObject, match="marked as a final checkpoint"):
         _format.read_header(bytes(data))
+
+
+# -- review 161 ---------------------------------------------------------------------------
+
+
+def _write(run: Run, step: int, final: bool = False, fenced: bool = True) -> None:
+    """A save of ``run``; without ``fenced`` it passed its fence check before a newer
+    attempt took over, and lands after (a zombie's write, as in test_fencing.py)."""
+    snap = run.snapshot({"step": step, "epoch": run.epoch}, step, None)
+    snap.final = final
+    if not fenced:
+        run.check_fenced = lambda: None  # type: ignore[method-assign]
+    try:
+        run.write_checkpoint(snap)
+    finally:
+        run.__dict__.pop("check_fenced", None)
+
+
+@pytest.mark.parametrize("kind", ["a newer attempt's final", "a stray object"])
+def test_a_zombie_write_is_still_superseded(kind: str) -> None:
+    """An attempt's record noted the newest checkpoint name listed as seen: a newer
+    attempt's final state, or a stray object named like a checkpoint, then made a zombie's
+    later writes look legitimate, and the next resume started from one (review 161)."""
+    from resumable.stores._memory import MemoryStore
+
+    store = MemoryStore(f"zombie-{kind.split()[1]}")
+    zombie = Run(store, "r", keep=None)
+    zombie.claim_and_load()
+    _write(zombie, 10)
+    _write(zombie, 20)
+    b = Run(store, "r", keep=None)
+    if kind == "a stray object":
+        store.put("r/ckpt-00000099-000000000000", [b"not a checkpoint"])
+    else:
+        load = b.load_latest
+
+        def racing(**kwargs: Any) -> Any:  # C claims after B, before B lists
+            c = Run(store, "r", keep=None)
+            c.claim_and_load()
+            _write(c, 25, final=True)
+            return load(**kwargs)
+
+        b.load_latest = racing  # type: ignore[method-assign]
+    assert b.claim_and_load() is not None
+    _write(zombie, 30, fenced=False)
+    latest = Run(store, "r", keep=None).load_latest()
+    assert latest is not None and latest.key == "r/ckpt-00000001-000000000020", latest
+
+
+def test_an_attempt_record_without_seen_does_not_make_a_final_a_zombie_write(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A resumable from before final states (a rollback of the image) extends the run and
+    writes its record without 'seen': the final it passed over sorts after its base, and
+    was warned about as a zombie's write at every later resume (review 161)."""
+    _evolve(tmp_path / "a", 5)(12)
+    older = Run(open_store(str(tmp_path / "a")), "ga")
+    older.claim_epoch(pending=True)
+    older.record_base("ckpt-00000001-000000000010")  # (its record, as it wrote it)
+    with caplog.at_level(logging.INFO, logger="resumable"):
+        assert _evolve(tmp_path / "a", 5)(14) == _evolve(tmp_path / "b", 5)(14)
+    assert "took over" not in caplog.text
+    assert "from ckpt-00000001-000000000010: step 10" in caplog.text
+
+
+def test_a_final_state_that_cannot_be_pickled_is_named_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The warning called it "the state yielded at step 12", which was never yielded."""
+    import threading
+
+    @checkpointed(store=str(tmp_path), every=5, run_id="r")
+    def evolve(*, state: Any = None) -> Any:
+        state = state or {"gen": 0}
+        while state["gen"] < 12:
+            state["gen"] += 1
+            yield state
+        state["lock"] = threading.Lock()
+        return state["gen"]
+
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        assert evolve() == 12
+    assert "the state the body left at its return (after step 12)" in caplog.text
+    assert "yielded at step 12" not in caplog.text
+    latest = evolve.latest()
+    assert latest is not None and latest.step == 10 and not latest.final
+
+
+def test_ls_marks_a_final_newest_checkpoint(tmp_path: Path) -> None:
+    """`ls` showed the final state's step as the run's newest, unmarked, though a resume
+    starts from an older one (review 161)."""
+    _evolve(tmp_path, 5)(12)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESUMABLE_")}
+    def ls(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "resumable", "ls", str(tmp_path), *argv],
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    listed = ls("--check", "--json")
+    assert listed.returncode == 0, listed.stderr
+    row = json.loads(listed.stdout)["runs"][0]
+    assert row["newest_step"] == 12 and row["newest_final"] is True, row
+    assert "12 final" in ls("--check").stdout
+    # (without --check ls reads no header, for its speed: not known)
+    assert json.loads(ls("--json").stdout)["runs"][0]["newest_final"] is None
+
+
+def test_a_sigterm_during_the_final_save_names_the_step_a_resume_starts_from(
+        tmp_path: Path) -> None:
+    """The line said "saved at step 12": the final state's, which no resume starts from
+    (review 161)."""
+    script = tmp_path / "term.py"
+    script.write_text(f"""
+import os, signal
+from resumable import checkpointed
+
+@checkpointed(store={str(tmp_path / "s")!r}, every=5, run_id="r")
+def evolve(*, state=None):
+    state = state or {{"gen": 0}}
+    while state["gen"] < 12:
+        state["gen"] += 1
+        yield state
+    os.kill(os.getpid(), signal.SIGTERM)  # (the body is not interrupted: it returns)
+    return state["gen"]
+
+evolve()
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESUMABLE_")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert ("saved at step 12 (its final state; a resume starts from step 10)"
+            in proc.stderr), proc.stderr[-3000:]
