@@ -778,9 +778,10 @@ class _Execution:
         """The newest step saved, for the SIGTERM log lines: a final state's says so."""
         step = self._saved_step()
         if 0 <= self.resumable_step < step:
-            return (f"{step} (its final state; a resume starts from step "
-                    f"{self.resumable_step})" if self.resumable_step else
-                    f"{step} (its final state; a resume starts afresh)")
+            # (saved once the body returned: its result is stored too, review 162)
+            return (f"{step} (its final state, and its result; an extension starts from "
+                    + (f"step {self.resumable_step})" if self.resumable_step else
+                       "the beginning)"))
         return str(step)
 
     def _saved_step(self) -> int:

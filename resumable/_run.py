@@ -49,7 +49,14 @@ from .serializers import (
     loads_frames,
 )
 from .stores import Store
-from .stores._base import Buffer, Payload, get_screened, head_of, join_payload, payload_size
+from .stores._base import (
+    Buffer,
+    Payload,
+    get_screened,
+    join_payload,
+    payload_size,
+    reads_heads,
+)
 
 log = logging.getLogger("resumable")
 
@@ -477,13 +484,7 @@ class Run:
             if record is None:
                 continue
             base = record.get("base")
-            if base is None:
-                return None
-            # (a final state newer than the base was there before that attempt: it was
-            # passed over, not written by a zombie; review 160)
-            seen = record.get("seen")
-            limit = max(str(base), str(seen)) if isinstance(seen, str) else str(base)
-            return str(base) if name > limit else None
+            return str(base) if base is not None and name > str(base) else None
         return None
 
     def load_latest(self, *, with_state: bool = True, finals: bool = False) -> Checkpoint | None:
@@ -558,9 +559,13 @@ class Run:
         for name in reversed(names):
             base = self._superseded(name, epochs)
             if base is not None and not finals and self._marked_final(name):
-                # (an older attempt's final state, which that newer attempt, its record
-                # written by a resumable from before final states, did not note as seen:
-                # passed over as any final is, not warned about as a zombie's; review 161)
+                # An older attempt's final state sorts after the base of the attempt that
+                # extended the run from an older checkpoint: it was there before, not a
+                # zombie's write. Passed over as any final is, not warned about (review
+                # 160). (Its header alone says so, unverified: enough to pass one over,
+                # never to use one. An attempt's record of finals it saw, trusted to
+                # exempt names from this rule, let a stray object's header hide a
+                # zombie's writes: reviews 161, 162)
                 self._pass_over_final(name)
                 continue
             if base is not None:
@@ -583,9 +588,15 @@ class Run:
         return None, vanished, failures
 
     def _marked_final(self, name: str) -> bool:
-        """Whether checkpoint ``name``'s header says it is final (its first bytes only)."""
+        """Whether checkpoint ``name``'s header says it is final (its first bytes only).
+
+        False on a store that cannot read just the first bytes (a wrapper, a subclass
+        with its own ``get``): its whole object is not downloaded to tell (review 162)."""
+        store = self.store
+        if not reads_heads(store):
+            return False
         try:
-            head = head_of(self.store, self.key(name), _format.SCREEN_BYTES)
+            head = store.head(self.key(name), _format.SCREEN_BYTES)
         except StoreError:
             return False
         return head is not None and _format.marked_final(head[0])
@@ -830,27 +841,20 @@ class Run:
                     f"{command('verify', self.store.url, self.run_id)}. Nothing was written"
                 ) from None
 
-    def _epoch_json(self, base: str | None, seen: str | None = None) -> bytes:
-        record = {
+    def _epoch_json(self, base: str | None) -> bytes:
+        return json.dumps({
             "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
             "base": base, "pod": os.environ.get("HOSTNAME", ""),
-        }
-        if seen:
-            record["seen"] = seen
-        return json.dumps(record).encode()
+        }).encode()
 
-    def record_base(self, base: str | None, seen: str | None = None) -> None:
-        """Rewrite our own epoch record (claimed ``pending``) with the base we resume from,
-        and ``seen``, the newest final state of an older attempt passed over, when it is
-        newer (see ``_superseded``).
+    def record_base(self, base: str | None) -> None:
+        """Rewrite our own epoch record (claimed ``pending``) with the base we resume from.
 
         Only this attempt writes its record, so a plain put is safe; readers see the
         pending record or this one, both valid.
         """
         name = f"{EPOCH}{self.epoch:08d}"
-        if seen is not None and seen <= (base or ""):
-            seen = None
-        payload = self._encode(name, [self._epoch_json(base or "", seen)], "epoch", _RAW)
+        payload = self._encode(name, [self._epoch_json(base or "")], "epoch", _RAW)
         self.store.put(self.key(name), payload)
         self._own_record = join_payload(payload)
 
@@ -875,14 +879,7 @@ class Run:
         # pending record; rewriting it would bring the run back, and another attempt may
         # have claimed the number since. One GET.
         self.check_not_deleted()
-        # Final states of older attempts it passed over, newer than its base: not a
-        # zombie's writes (see _superseded). Only those: any newest name listed let a
-        # newer attempt's final, or a stray object, hide a zombie's later writes
-        # (review 161)
-        passed = [n for n in self._finals if n in self._known
-                  and (parsed := parse_ckpt_name(n)) is not None and parsed[0] < self.epoch]
-        self.record_base(latest.key.rsplit("/", 1)[1] if latest else None,
-                         max(passed, default=None))
+        self.record_base(latest.key.rsplit("/", 1)[1] if latest else None)
         return latest
 
     def _remove_stale_temp(self, older_than: float | None = None) -> None:

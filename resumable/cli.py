@@ -625,7 +625,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "newest_problem": None,
             "newest_newer": False,  # (its problem: a newer resumable wrote it)
             # The state the body left at its return, which no resume starts from: known
-            # from its header only (null when ls reads none, as without --check)
+            # from its header only (null when ls reads none, as without --check on a
+            # store whose listing has sizes and times, or cannot parse it)
             "newest_final": None,
             "header_checked": read_headers and ckpt is not None and run_id in headers,
             # Why an object of the run could not be read (null: all read): neither
@@ -638,7 +639,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             row.update(newest_created=info.created, newest_bytes=info.bytes,
                        newest_problem=None if info.gone else info.problem,
                        newest_newer=info.newer and not info.gone,
-                       newest_final=info.final and not info.gone)
+                       newest_final=info.final if info.step is not None and not info.gone
+                       else None)
         elif ckpt is not None and f"{run_id}/{ckpt}" in about:
             # (also a header that could not be read: the listing's time and size)
             item = about[f"{run_id}/{ckpt}"]

@@ -316,14 +316,17 @@ def _write(run: Run, step: int, final: bool = False, fenced: bool = True) -> Non
         run.__dict__.pop("check_fenced", None)
 
 
-@pytest.mark.parametrize("kind", ["a newer attempt's final", "a stray object"])
+@pytest.mark.parametrize("kind", ["a newer attempt's final", "a stray object",
+                                  "another run's final"])
 def test_a_zombie_write_is_still_superseded(kind: str) -> None:
     """An attempt's record noted the newest checkpoint name listed as seen: a newer
     attempt's final state, or a stray object named like a checkpoint, then made a zombie's
-    later writes look legitimate, and the next resume started from one (review 161)."""
+    later writes look legitimate, and the next resume started from one (review 161). So
+    did, when only older finals were noted, a final of another run copied in under an
+    older attempt's name, taken for one by its header alone (review 162)."""
     from resumable.stores._memory import MemoryStore
 
-    store = MemoryStore(f"zombie-{kind.split()[1]}")
+    store = MemoryStore(f"zombie-{kind.split()[1]}-{kind.split()[-1]}")
     zombie = Run(store, "r", keep=None)
     zombie.claim_and_load()
     _write(zombie, 10)
@@ -331,6 +334,12 @@ def test_a_zombie_write_is_still_superseded(kind: str) -> None:
     b = Run(store, "r", keep=None)
     if kind == "a stray object":
         store.put("r/ckpt-00000099-000000000000", [b"not a checkpoint"])
+    elif kind == "another run's final":
+        other = Run(store, "other", keep=None)
+        other.claim_and_load()
+        _write(other, 99, final=True)
+        blob = bytes(memoryview(store.get("other/ckpt-00000001-000000000099") or b""))
+        store.put("r/ckpt-00000001-000000000099", [blob])
     else:
         load = b.load_latest
 
@@ -405,7 +414,8 @@ def test_ls_marks_a_final_newest_checkpoint(tmp_path: Path) -> None:
 def test_a_sigterm_during_the_final_save_names_the_step_a_resume_starts_from(
         tmp_path: Path) -> None:
     """The line said "saved at step 12": the final state's, which no resume starts from
-    (review 161)."""
+    (review 161); the run is complete, so it is an extension that starts older (review
+    162)."""
     script = tmp_path / "term.py"
     script.write_text(f"""
 import os, signal
@@ -426,5 +436,46 @@ evolve()
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, timeout=60)
     assert proc.returncode == 143, proc.stderr[-3000:]
-    assert ("saved at step 12 (its final state; a resume starts from step 10)"
-            in proc.stderr), proc.stderr[-3000:]
+    assert ("saved at step 12 (its final state, and its result; an extension starts from "
+            "step 10)" in proc.stderr), proc.stderr[-3000:]
+
+
+def test_a_superseded_checkpoint_is_not_downloaded_to_see_whether_it_is_final() -> None:
+    """On a store that cannot read the first bytes alone (a subclass with its own get:
+    decompressing, checking), each zombie's checkpoint was read whole at every resume to
+    look at its header, and dropped (review 162)."""
+    from resumable.stores._memory import MemoryStore
+
+    reads: list[str] = []
+
+    class Counting(MemoryStore):
+        def get(self, key: str) -> Any:
+            reads.append(key.rsplit("/", 1)[1])
+            return super().get(key)
+
+    store = Counting("zombie-cost")
+    zombie = Run(store, "r", keep=None)
+    zombie.claim_and_load()
+    _write(zombie, 10)
+    _write(zombie, 20)
+    Run(store, "r", keep=None).claim_and_load()
+    _write(zombie, 30, fenced=False)
+    del reads[:]
+    latest = Run(store, "r", keep=None).load_latest()
+    assert latest is not None and latest.key == "r/ckpt-00000001-000000000020"
+    assert "ckpt-00000001-000000000030" not in reads, reads
+
+
+def test_ls_says_not_known_for_a_header_it_cannot_read(tmp_path: Path) -> None:
+    """`ls --check` reported newest_final false (known not final) for a damaged header
+    (review 162): null."""
+    _evolve(tmp_path, 5)(12)
+    path = tmp_path / "ga" / "ckpt-00000001-000000000012"
+    data = bytearray(path.read_bytes())
+    data[12] ^= 0xFF  # (the header length)
+    path.write_bytes(bytes(data))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESUMABLE_")}
+    listed = subprocess.run([sys.executable, "-m", "resumable", "ls", str(tmp_path), "--check",
+                             "--json"], capture_output=True, text=True, env=env, timeout=60)
+    row = json.loads(listed.stdout)["runs"][0]
+    assert row["newest_problem"] and row["newest_final"] is None, row

@@ -15,7 +15,7 @@ a buffer that is not gets copied into aligned memory on load.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 # Buffer-protocol objects; collections.abc.Buffer only exists from Python 3.12.
 Buffer = bytes | bytearray | memoryview
@@ -78,11 +78,17 @@ class SupportsHead(Protocol):
         in bytes, or None when there is no such object."""
 
 
+def reads_heads(store: Store) -> TypeGuard[SupportsHead]:
+    """Whether ``head_of`` reads only the first bytes of an object from ``store``, not
+    the whole of it."""
+    return isinstance(store, SupportsHead) and _beside_get(store, "head")
+
+
 def head_of(store: Store, key: str, n: int) -> tuple[bytes, int] | None:
     """``store.head(key, n)`` where the store has it beside the ``get`` it uses, else a
     whole ``get`` cut to ``n`` (a subclass whose ``get`` decompresses: see
     ``get_screened``)."""
-    if isinstance(store, SupportsHead) and _beside_get(store, "head"):
+    if reads_heads(store):
         return store.head(key, n)
     data = store.get(key)
     if data is None:
