@@ -3,7 +3,6 @@ not finite, a signing key in the environment that is not UTF-8."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -12,31 +11,7 @@ import pytest
 from resumable import CheckpointTamperedError, ConfigurationError, checkpointed
 from resumable.stores import open_store
 
-
-def _evolve(store: Path, every: Any) -> Any:
-    @checkpointed(store=str(store), every=every, ignore=["gens"], run_id="ga")
-    def evolve(gens: int, *, state: Any = None) -> Any:
-        if state is None:
-            random.seed(1)
-            state = {"gen": 0, "pop": [random.random() for _ in range(8)]}
-        while state["gen"] < gens:
-            state["gen"] += 1
-            state["pop"] = [x + random.gauss(0, 1) for x in state["pop"]]
-            yield state
-        # after the loop, as DEAP scripts do: sort to report, draw a tie-break
-        state["pop"].sort()
-        random.random()
-        return state["pop"][0]
-
-    return evolve
-
-
-def _yielded_at(step: int) -> list[float]:
-    random.seed(1)
-    pop = [random.random() for _ in range(8)]
-    for _ in range(step):
-        pop = [x + random.gauss(0, 1) for x in pop]
-    return pop
+from .test_final_state import _evolve, _yielded_at  # (the body: sorts and draws at the end)
 
 
 @pytest.mark.parametrize("every", ["generation", 5, "1h"])
