@@ -558,15 +558,22 @@ class Run:
         superseded: list[tuple[str, str]] = []
         for name in reversed(names):
             base = self._superseded(name, epochs)
-            if base is not None and not finals and self._marked_final(name):
+            if base is not None and self._marked_final(name):
                 # An older attempt's final state sorts after the base of the attempt that
                 # extended the run from an older checkpoint: it was there before, not a
                 # zombie's write. Passed over as any final is, not warned about (review
                 # 160). (Its header alone says so, unverified: enough to pass one over,
                 # never to use one. An attempt's record of finals it saw, trusted to
                 # exempt names from this rule, let a stray object's header hide a
-                # zombie's writes: reviews 161, 162)
-                self._pass_over_final(name)
+                # zombie's writes: reviews 161, 162). f.latest() reads it, verified, in
+                # its place: the newest checkpoint (review 163: it was taken for a
+                # zombie's too, warned about, and an older one returned)
+                if finals:
+                    found = self._try_load(name, failures, with_state, vanished, finals)
+                    if found is not None:
+                        return found, vanished, failures
+                else:
+                    self._pass_over_final(name)
                 continue
             if base is not None:
                 log.warning(

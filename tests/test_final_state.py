@@ -479,3 +479,28 @@ def test_ls_says_not_known_for_a_header_it_cannot_read(tmp_path: Path) -> None:
                              "--json"], capture_output=True, text=True, env=env, timeout=60)
     row = json.loads(listed.stdout)["runs"][0]
     assert row["newest_problem"] and row["newest_final"] is None, row
+
+
+@pytest.mark.parametrize("every", [5, "1h"])
+@pytest.mark.parametrize("then", ["an extension under way", "going back"])
+def test_latest_gives_an_older_attempts_final_state_while_it_is_the_newest(
+        tmp_path: Path, every: Any, then: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An extension that has saved nothing yet (watched from elsewhere, or killed before
+    its first due save), or a call going back, wrote nothing after the final state: f.latest()
+    took it for a zombie's write, warned so, and gave an older checkpoint (review 163)."""
+    evolve = _evolve(tmp_path, every, keep=None)
+    evolve(12)
+    if then == "going back":
+        evolve(10)
+    else:
+        it = evolve.iter(40)
+        assert next(it)["gen"] == (11 if every == 5 else 1)  # (claimed; nothing saved)
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        latest = evolve.latest(12)
+    # (going back with every="1h" starts afresh, nothing due to resume from: it leaves
+    # a final state of its own, step 10)
+    newest = 10 if then == "going back" and every == "1h" else 12
+    assert latest is not None and latest.step == newest and latest.final, latest
+    assert "took over" not in caplog.text, caplog.text
+    if then != "going back":
+        it.close()
