@@ -53,6 +53,7 @@ from .stores._base import (
     Buffer,
     Payload,
     get_screened,
+    head_of,
     join_payload,
     payload_size,
     reads_heads,
@@ -558,7 +559,7 @@ class Run:
         superseded: list[tuple[str, str]] = []
         for name in reversed(names):
             base = self._superseded(name, epochs)
-            if base is not None and self._marked_final(name):
+            if base is not None and self._marked_final(name, whole=finals):
                 # An older attempt's final state sorts after the base of the attempt that
                 # extended the run from an older checkpoint: it was there before, not a
                 # zombie's write. Passed over as any final is, not warned about (review
@@ -567,7 +568,10 @@ class Run:
                 # exempt names from this rule, let a stray object's header hide a
                 # zombie's writes: reviews 161, 162). f.latest() reads it, verified, in
                 # its place: the newest checkpoint (review 163: it was taken for a
-                # zombie's too, warned about, and an older one returned)
+                # zombie's too, warned about, and an older one returned). So does the
+                # final of an attempt fenced as it ended, written just after the newer
+                # one took over, which no header tells apart: a state of the same run,
+                # shown, never resumed from (review 164; README, Fencing)
                 if finals:
                     found = self._try_load(name, failures, with_state, vanished, finals)
                     if found is not None:
@@ -594,16 +598,16 @@ class Run:
                 return found, vanished, failures
         return None, vanished, failures
 
-    def _marked_final(self, name: str) -> bool:
+    def _marked_final(self, name: str, whole: bool = False) -> bool:
         """Whether checkpoint ``name``'s header says it is final (its first bytes only).
 
-        False on a store that cannot read just the first bytes (a wrapper, a subclass
-        with its own ``get``): its whole object is not downloaded to tell (review 162)."""
-        store = self.store
-        if not reads_heads(store):
+        On a store that cannot read just the first bytes (a wrapper, a subclass with its
+        own ``get``), False unless ``whole``: its whole object is not downloaded at every
+        resume to tell (review 162). ``f.latest()`` reads it whole anyway (review 164)."""
+        if not whole and not reads_heads(self.store):
             return False
         try:
-            head = store.head(self.key(name), _format.SCREEN_BYTES)
+            head = head_of(self.store, self.key(name), _format.SCREEN_BYTES)
         except StoreError:
             return False
         return head is not None and _format.marked_final(head[0])

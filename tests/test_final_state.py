@@ -504,3 +504,49 @@ def test_latest_gives_an_older_attempts_final_state_while_it_is_the_newest(
     assert "took over" not in caplog.text, caplog.text
     if then != "going back":
         it.close()
+
+
+def test_latest_tells_an_older_final_on_a_store_that_reads_whole_objects(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """On a store class with its own get (no head beside it) f.latest() still took an
+    older attempt's final for a zombie's write after a call going back (review 164)."""
+    from resumable.stores._local import LocalStore
+
+    class Checking(LocalStore):
+        def get(self, key: str) -> Any:
+            return super().get(key)
+
+    @checkpointed(store=Checking(str(tmp_path)), every=5, ignore=["gens"], run_id="ga")
+    def evolve(gens: int, *, state: Any = None) -> Any:
+        state = state or {"gen": 0}
+        while state["gen"] < gens:
+            state["gen"] += 1
+            yield state
+        return state["gen"]
+
+    evolve(12)
+    evolve(10)  # (going back: resumes from step 10, and writes nothing)
+    with caplog.at_level(logging.WARNING, logger="resumable"):
+        latest = evolve.latest(12)
+    assert latest is not None and latest.step == 12 and latest.final, latest
+    assert "took over" not in caplog.text, caplog.text
+
+
+def test_a_zombies_final_is_shown_by_latest_and_never_resumed_from() -> None:
+    """A final state written just after a newer attempt took over (the attempt was fenced
+    as it ended) looks like one there before: f.latest() shows it, as README's Fencing says;
+    a resume starts from the newer attempt's base all the same (review 164)."""
+    from resumable.stores._memory import MemoryStore
+
+    store = MemoryStore("zombie-final")
+    zombie = Run(store, "r", keep=None)
+    zombie.claim_and_load()
+    _write(zombie, 5)
+    _write(zombie, 10)
+    newer = Run(store, "r", keep=None)
+    assert newer.claim_and_load() is not None
+    _write(zombie, 12, final=True, fenced=False)
+    shown = Run(store, "r", keep=None).load_latest(finals=True)
+    assert shown is not None and shown.final and shown.step == 12
+    resumed = Run(store, "r", keep=None).load_latest()
+    assert resumed is not None and resumed.key == "r/ckpt-00000001-000000000010"
