@@ -949,7 +949,7 @@ def test_another_signals_error_at_the_swap_reaches_the_body_at_its_yield(
 # A Ctrl-C held while the run saved, then a program's SIGALRM handler raising as the
 # SIGINT handler is lent back at the next resume (argv[2]: before or after the swap).
 _HELD_THEN_ALARM = """
-    import faulthandler, json, os, signal, sys
+    import faulthandler, json, os, signal, sys, threading
     faulthandler.dump_traceback_later(50, exit=True)
     from resumable import checkpointed, _signals
 
@@ -958,7 +958,7 @@ _HELD_THEN_ALARM = """
 
     def fire(sig):
         signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
-        os.kill(os.getpid(), sig)
+        signal.pthread_kill(threading.main_thread().ident, sig)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
 
     def swapping(signum, handler):
