@@ -112,7 +112,8 @@ class _Refused:
 
 
 class _IsFinal(_format.InvalidObject):
-    """Raised by the screen of a read that passes over final checkpoints (Run._get)."""
+    """Raised by the screen of a read that passes over final checkpoints
+    (Run._get_resumable)."""
 
 
 class _Final:
@@ -1135,6 +1136,9 @@ class Run:
                     break
         for old in doomed:
             self._known.remove(old)
+            # (names of deleted checkpoints: the sets grew by one at every save)
+            self._resumable.discard(old)
+            self._finals.discard(old)
             self.store.delete(self.key(old))
 
     def write_rng_start(self, rng: _rng.RngState, name: str = RNG_START) -> None:
@@ -1177,6 +1181,8 @@ class Run:
                         key=lambda k: not k.rsplit("/", 1)[1].startswith(EPOCH)):
             self.store.delete(k)
         self._known = []
+        self._resumable.clear()
+        self._finals.clear()
         self._remove_stale_temp()
         return len(keys)
 

@@ -550,3 +550,15 @@ def test_a_zombies_final_is_shown_by_latest_and_never_resumed_from() -> None:
     assert shown is not None and shown.final and shown.step == 12
     resumed = Run(store, "r", keep=None).load_latest()
     assert resumed is not None and resumed.key == "r/ckpt-00000001-000000000010"
+
+
+def test_retention_forgets_the_names_it_deletes() -> None:
+    """The names retention knows to be resumable (or final) grew by one at every save of
+    a long run, deleted ones too."""
+    from resumable.stores._memory import MemoryStore
+
+    run = Run(MemoryStore("forgets"), "r", keep=2)
+    run.claim_and_load()
+    for step in range(1, 21):
+        _write(run, step)
+    assert run._resumable == set(run.checkpoint_names()) and len(run._resumable) == 2
